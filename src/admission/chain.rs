@@ -1,0 +1,179 @@
+//! Plugins and the chains that run them.
+//!
+//! A plugin is one rule: a small type implementing [`Mutator`] or [`Validator`] for the object type of
+//! its endpoint. Chains run their plugins in order, time each run into the metrics, and turn a panic
+//! into a 500 for that request alone. Mutating chains work on a copy of the object; validating chains
+//! stop at the first rejection.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::core::admission::{AdmissionRequest, Operation};
+
+use super::outcome::{PluginResult, Rejection};
+use crate::cache::Cache;
+use crate::features::FeatureGates;
+use crate::metrics::{Metrics, PluginLabels};
+
+/// Everything a plugin may read for one request.
+pub struct Ctx<'a, T: kube::Resource> {
+    pub request: &'a AdmissionRequest<T>,
+    pub cache: &'a Cache,
+    pub gates: &'a FeatureGates,
+    notes: Mutex<Notes>,
+}
+
+/// Audit annotations and warnings plugins add to the response.
+#[derive(Default, Debug)]
+pub struct Notes {
+    pub audit_annotations: BTreeMap<String, String>,
+    pub warnings: Vec<String>,
+}
+
+impl<'a, T: kube::Resource> Ctx<'a, T> {
+    pub fn new(
+        request: &'a AdmissionRequest<T>,
+        cache: &'a Cache,
+        gates: &'a FeatureGates,
+    ) -> Self {
+        Self {
+            request,
+            cache,
+            gates,
+            notes: Mutex::default(),
+        }
+    }
+
+    pub fn operation(&self) -> &Operation {
+        &self.request.operation
+    }
+
+    pub fn object(&self) -> Option<&T> {
+        self.request.object.as_ref()
+    }
+
+    pub fn old_object(&self) -> Option<&T> {
+        self.request.old_object.as_ref()
+    }
+
+    /// Adds an audit annotation; the API server prefixes it with the webhook entry name.
+    pub fn annotate(&self, key: impl Into<String>, value: impl Into<String>) {
+        self.notes_mut()
+            .audit_annotations
+            .insert(key.into(), value.into());
+    }
+
+    /// Adds a warning shown to the client that made the API request.
+    pub fn warn(&self, warning: impl Into<String>) {
+        self.notes_mut().warnings.push(warning.into());
+    }
+
+    pub fn into_notes(self) -> Notes {
+        self.notes
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn notes_mut(&self) -> std::sync::MutexGuard<'_, Notes> {
+        // A panicking plugin may have poisoned it; its notes are still worth keeping.
+        self.notes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A plugin's answer: at once for pure rules, later for those that wait on something.
+pub enum Step<'a> {
+    Ready(PluginResult),
+    Pending(BoxFuture<'a, PluginResult>),
+}
+
+impl From<PluginResult> for Step<'_> {
+    fn from(result: PluginResult) -> Self {
+        Step::Ready(result)
+    }
+}
+
+/// A rule that changes the object. It edits `object` in place; the chain computes the patch.
+pub trait Mutator<T: kube::Resource>: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Whether the feature gates let this plugin run.
+    fn enabled(&self, _gates: &FeatureGates) -> bool {
+        true
+    }
+    fn mutate<'a>(&'a self, ctx: &'a Ctx<'a, T>, object: &'a mut T) -> Step<'a>;
+}
+
+/// A rule that accepts or rejects the request.
+pub trait Validator<T: kube::Resource>: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn enabled(&self, _gates: &FeatureGates) -> bool {
+        true
+    }
+    fn validate<'a>(&'a self, ctx: &'a Ctx<'a, T>) -> Step<'a>;
+}
+
+/// Runs one plugin step: timed, and with a panic turned into a 500 for this request.
+async fn run_step<'a>(
+    metrics: &Metrics,
+    webhook: &'static str,
+    plugin: &'static str,
+    step: impl FnOnce() -> Step<'a>,
+) -> PluginResult {
+    let start = Instant::now();
+    let result = match std::panic::catch_unwind(AssertUnwindSafe(step)) {
+        Ok(Step::Ready(result)) => Ok(result),
+        Ok(Step::Pending(future)) => AssertUnwindSafe(future).catch_unwind().await,
+        Err(panic) => Err(panic),
+    };
+    metrics.observe_plugin(webhook, plugin, start.elapsed());
+    result.unwrap_or_else(|panic| {
+        metrics
+            .plugin_panics
+            .get_or_create(&PluginLabels { webhook, plugin })
+            .inc();
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        tracing::error!(webhook, plugin, panic = %what, "plugin panicked");
+        Err(Rejection::internal(format!(
+            "internal error: plugin {plugin} failed: {what}"
+        )))
+    })
+}
+
+/// Runs the mutators in order on `object`; stops at the first rejection.
+pub async fn run_mutators<T: kube::Resource>(
+    plugins: &[Box<dyn Mutator<T>>],
+    ctx: &Ctx<'_, T>,
+    object: &mut T,
+    metrics: &Metrics,
+    webhook: &'static str,
+) -> PluginResult {
+    for plugin in plugins.iter().filter(|p| p.enabled(ctx.gates)) {
+        run_step(metrics, webhook, plugin.name(), || {
+            plugin.mutate(ctx, object)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Runs the validators in order; the first rejection is the answer.
+pub async fn run_validators<T: kube::Resource>(
+    plugins: &[Box<dyn Validator<T>>],
+    ctx: &Ctx<'_, T>,
+    metrics: &Metrics,
+    webhook: &'static str,
+) -> PluginResult {
+    for plugin in plugins.iter().filter(|p| p.enabled(ctx.gates)) {
+        run_step(metrics, webhook, plugin.name(), || plugin.validate(ctx)).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! Spec 6: defaults filled in on ElasticQuota CREATE: parent, tree id and shared weight.
+
+use std::collections::BTreeMap;
+
+use kube::core::admission::Operation;
+
+use crate::admission::chain::{Ctx, Mutator, Step};
+use crate::admission::outcome::{PluginResult, Rejection};
+use crate::apis::elastic_quota::ResourceList;
+use crate::apis::keys::{QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA};
+use crate::apis::{ElasticQuota, keys};
+
+pub const SHARED_WEIGHT: &str = "quota.scheduling.koordinator.sh/shared-weight";
+
+pub struct FillQuotaDefaults;
+
+impl Mutator<ElasticQuota> for FillQuotaDefaults {
+    fn name(&self) -> &'static str {
+        "FillQuotaDefaults"
+    }
+
+    fn mutate<'a>(
+        &'a self,
+        ctx: &'a Ctx<'a, ElasticQuota>,
+        quota: &'a mut ElasticQuota,
+    ) -> Step<'a> {
+        if *ctx.operation() != Operation::Create
+            || quota.metadata.name.as_deref() == Some(ROOT_QUOTA)
+        {
+            return Ok(()).into();
+        }
+        fill(ctx, quota).into()
+    }
+}
+
+fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {
+    let name = quota.metadata.name.clone().unwrap_or_default();
+    let labels = quota.metadata.labels.get_or_insert_with(BTreeMap::new);
+    let parent = match labels.get(QUOTA_PARENT).filter(|p| !p.is_empty()) {
+        Some(parent) => parent.clone(),
+        None => {
+            labels.insert(QUOTA_PARENT.to_owned(), ROOT_QUOTA.to_owned());
+            ROOT_QUOTA.to_owned()
+        }
+    };
+    let has_tree_id = labels.get(QUOTA_TREE_ID).is_some_and(|t| !t.is_empty());
+    if !has_tree_id && parent != ROOT_QUOTA {
+        let parent_quota = ctx
+            .cache
+            .elastic_quotas
+            .find(|q| q.metadata.name.as_deref() == Some(parent.as_str()))
+            .ok_or_else(|| {
+                Rejection::invalid(format!("fill quota {name} failed, parent not exist"))
+            })?;
+        let tree_id = parent_quota
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::QUOTA_TREE_ID));
+        if let Some(tree_id) = tree_id.filter(|t| !t.is_empty()) {
+            labels.insert(QUOTA_TREE_ID.to_owned(), tree_id.clone());
+        }
+    }
+
+    let max = quota.spec.max.clone();
+    let annotations = quota.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let current = annotations.get(SHARED_WEIGHT).filter(|w| !w.is_empty());
+    let weight = match current {
+        None => serde_json::to_string(&max),
+        Some(raw) => {
+            let mut weight: ResourceList = serde_json::from_str(raw).map_err(|e| {
+                Rejection::invalid(format!(
+                    "fillDefaultQuotaInfo unmarshal sharedWeight failed:{e}"
+                ))
+            })?;
+            let max = max.unwrap_or_default();
+            let before = weight.clone();
+            weight.retain(|k, _| max.contains_key(k));
+            for (k, v) in &max {
+                weight.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            if weight == before {
+                return Ok(());
+            }
+            serde_json::to_string(&weight)
+        }
+    }
+    .map_err(|e| Rejection::internal(e.to_string()))?;
+    annotations.insert(SHARED_WEIGHT.to_owned(), weight);
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! ElasticQuota: the defaults of the mutating webhook, the tree rules of the validating one, and the
+//! `/debug/elastic-quota` view.
+
+pub mod debug;
+mod defaults;
+
+use super::chain::{Mutator, Validator};
+use crate::apis::ElasticQuota;
+
+pub fn mutators() -> Vec<Box<dyn Mutator<ElasticQuota>>> {
+    vec![Box::new(defaults::FillQuotaDefaults)]
+}
+
+pub fn validators() -> Vec<Box<dyn Validator<ElasticQuota>>> {
+    vec![]
+}

@@ -1,0 +1,309 @@
+//! The AdmissionReview wire format: the only place that knows its JSON shape.
+//!
+//! Requests are decoded in two steps so that a body that is not an AdmissionReview (HTTP 400) is told
+//! apart from an object that does not decode (a denied response, code 400): the envelope keeps
+//! `object`/`oldObject` as raw JSON, and each endpoint decodes them into its own type.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
+
+/// Why a body is not a usable AdmissionReview (HTTP 400, or exit 2 in `review`).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MalformedReview {
+    #[error("body is not an AdmissionReview: {0}")]
+    Syntax(String),
+    #[error("unsupported AdmissionReview {api_version:?}/{kind:?}: want {API_VERSION}/{KIND}")]
+    Version { api_version: String, kind: String },
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireReview<'a> {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(borrow)]
+    request: Option<WireRequest<'a>>,
+}
+
+/// An admission request whose objects are still raw JSON borrowed from the body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireRequest<'a> {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    pub resource: GroupVersionResource,
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    pub request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    pub request_sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    #[serde(default)]
+    pub user_info: UserInfo,
+    #[serde(borrow, default)]
+    pub object: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+    #[serde(borrow, default)]
+    pub options: Option<&'a RawValue>,
+}
+
+impl<'a> WireRequest<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<Self, MalformedReview> {
+        let review: WireReview<'a> =
+            serde_json::from_slice(body).map_err(|e| MalformedReview::Syntax(e.to_string()))?;
+        if review.api_version != API_VERSION || review.kind != KIND {
+            return Err(MalformedReview::Version {
+                api_version: review.api_version,
+                kind: review.kind,
+            });
+        }
+        review.request.ok_or(MalformedReview::NoRequest)
+    }
+
+    /// The uid alone, for answering a body whose request does not decode in full.
+    pub fn uid_of(body: &[u8]) -> String {
+        #[derive(Deserialize)]
+        struct Uid {
+            request: Option<UidOnly>,
+        }
+        #[derive(Deserialize)]
+        struct UidOnly {
+            #[serde(default)]
+            uid: String,
+        }
+        serde_json::from_slice::<Uid>(body)
+            .ok()
+            .and_then(|u| u.request)
+            .map(|r| r.uid)
+            .unwrap_or_default()
+    }
+
+    pub fn sub_resource(&self) -> &str {
+        self.sub_resource.as_deref().unwrap_or_default()
+    }
+
+    /// Decodes the objects into `T` and builds kube's typed request.
+    pub fn decode<T>(&self) -> Result<AdmissionRequest<T>, String>
+    where
+        T: kube::Resource + serde::de::DeserializeOwned,
+    {
+        let object = decode_object::<T>(self.object)?;
+        let old_object = decode_object::<T>(self.old_object)?;
+        let options = match self.options {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| e.to_string())?,
+            None => None,
+        };
+        Ok(AdmissionRequest {
+            types: TypeMeta {
+                api_version: API_VERSION.to_owned(),
+                kind: KIND.to_owned(),
+            },
+            uid: self.uid.clone(),
+            kind: self.kind.clone(),
+            resource: self.resource.clone(),
+            sub_resource: self.sub_resource.clone(),
+            request_kind: self.request_kind.clone(),
+            request_resource: self.request_resource.clone(),
+            request_sub_resource: self.request_sub_resource.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            operation: self.operation.clone(),
+            user_info: self.user_info.clone(),
+            object,
+            old_object,
+            dry_run: self.dry_run.unwrap_or(false),
+            options,
+        })
+    }
+}
+
+fn decode_object<T: serde::de::DeserializeOwned>(
+    raw: Option<&RawValue>,
+) -> Result<Option<T>, String> {
+    match raw {
+        None => Ok(None),
+        Some(raw) if raw.get() == "null" => Ok(None),
+        Some(raw) => serde_json::from_str(raw.get())
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// What an endpoint answers, before it is put on the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub code: u16,
+    pub message: Option<String>,
+    /// RFC 6902 patch as JSON bytes; never empty when set.
+    pub patch: Option<Vec<u8>>,
+    pub audit_annotations: BTreeMap<String, String>,
+    pub warnings: Vec<String>,
+}
+
+impl Verdict {
+    pub fn allow() -> Self {
+        Self {
+            allowed: true,
+            code: 200,
+            message: None,
+            patch: None,
+            audit_annotations: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn deny(code: u16, message: impl Into<String>) -> Self {
+        Self {
+            allowed: false,
+            code,
+            message: Some(message.into()),
+            ..Self::allow()
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireResponseReview<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: WireResponse<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireResponse<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: WireStatus<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    /// base64 of the JSON patch, as the API defines `[]byte` fields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct WireStatus<'a> {
+    metadata: Empty,
+    code: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+/// Encodes the response AdmissionReview.
+pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
+    let review = WireResponseReview {
+        api_version: API_VERSION,
+        kind: KIND,
+        response: WireResponse {
+            uid,
+            allowed: verdict.allowed,
+            status: WireStatus {
+                metadata: Empty {},
+                code: verdict.code,
+                message: verdict.message.as_deref(),
+            },
+            patch_type: verdict.patch.as_ref().map(|_| "JSONPatch"),
+            patch: verdict
+                .patch
+                .as_ref()
+                .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+            audit_annotations: &verdict.audit_annotations,
+            warnings: &verdict.warnings,
+        },
+    };
+    // Serialising plain strings, numbers and maps of strings cannot fail.
+    serde_json::to_vec(&review).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+        "uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},
+        "resource":{"group":"","version":"v1","resource":"pods"},"namespace":"ns","operation":"CREATE",
+        "userInfo":{"username":"alice"},"object":{"metadata":{"name":"p"},"spec":{"containers":[]}},
+        "oldObject":null,"dryRun":true}}"#;
+
+    #[test]
+    fn decodes_request_and_typed_object() {
+        let wire = WireRequest::parse(REQUEST.as_bytes()).unwrap();
+        assert_eq!(wire.uid, "u-1");
+        let req = wire.decode::<Pod>().unwrap();
+        assert_eq!(req.object.unwrap().metadata.name.as_deref(), Some("p"));
+        assert!(req.old_object.is_none());
+        assert!(req.dry_run);
+        assert_eq!(req.user_info.username.as_deref(), Some("alice"));
+    }
+
+    #[test]
+    fn tells_malformed_envelope_from_bad_object() {
+        assert!(matches!(
+            WireRequest::parse(b"[1,2]"),
+            Err(MalformedReview::Syntax(_))
+        ));
+        assert!(matches!(
+            WireRequest::parse(br#"{"apiVersion":"v1","kind":"Pod"}"#),
+            Err(MalformedReview::Version { .. })
+        ));
+        assert_eq!(
+            WireRequest::parse(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
+                .err(),
+            Some(MalformedReview::NoRequest)
+        );
+        let bad = REQUEST.replace(r#""containers":[]"#, r#""containers":7"#);
+        let wire = WireRequest::parse(bad.as_bytes()).unwrap();
+        assert!(wire.decode::<Pod>().is_err());
+        assert_eq!(WireRequest::uid_of(bad.as_bytes()), "u-1");
+    }
+
+    #[test]
+    fn encodes_patch_as_base64_string() {
+        let mut verdict = Verdict::allow();
+        verdict.patch = Some(br#"[{"op":"add","path":"/a","value":1}]"#.to_vec());
+        let out: serde_json::Value = serde_json::from_slice(&encode("u", &verdict)).unwrap();
+        let response = &out["response"];
+        assert_eq!(response["uid"], "u");
+        assert_eq!(response["patchType"], "JSONPatch");
+        let b64 = response["patch"].as_str().expect("patch is a string");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        assert_eq!(decoded, verdict.patch.unwrap());
+        assert_eq!(response["status"]["code"], 200);
+    }
+}

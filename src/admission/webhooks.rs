@@ -1,0 +1,219 @@
+//! The admission endpoints and the webhook configuration entries that route to them
+//! (spec/admission.md 0.4). The server, `review`, the manifests and the operator all read this table.
+
+use crate::features::Gate;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookKind {
+    Mutating,
+    Validating,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    Fail,
+    Ignore,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+/// One admission path served by koord-webhook.
+#[derive(Debug)]
+pub struct WebhookSpec {
+    pub path: &'static str,
+    pub gate: Gate,
+    pub kind: WebhookKind,
+    /// Requests for other resources or subresources are allowed untouched.
+    pub resource: &'static str,
+    pub sub_resource: &'static str,
+    pub failure_policy: FailurePolicy,
+    pub entries: &'static [EntrySpec],
+}
+
+/// One entry of a webhook configuration.
+#[derive(Debug)]
+pub struct EntrySpec {
+    pub name: &'static str,
+    pub operations: &'static [&'static str],
+    pub api_group: &'static str,
+    pub api_version: &'static str,
+    /// As in a rule's `resources`, e.g. `pods` or `nodes/status`.
+    pub resource: &'static str,
+    /// Skip the operator's own namespace and kube-system.
+    pub exclude_system_namespaces: bool,
+    pub object_selector: Option<(&'static str, &'static str)>,
+    pub side_effects: &'static str,
+}
+
+const fn entry(
+    name: &'static str,
+    operations: &'static [&'static str],
+    api_group: &'static str,
+    api_version: &'static str,
+    resource: &'static str,
+) -> EntrySpec {
+    EntrySpec {
+        name,
+        operations,
+        api_group,
+        api_version,
+        resource,
+        exclude_system_namespaces: false,
+        object_selector: None,
+        side_effects: "None",
+    }
+}
+
+pub const MUTATE_POD: &str = "/mutate-pod";
+pub const VALIDATE_POD: &str = "/validate-pod";
+pub const MUTATE_ELASTIC_QUOTA: &str = "/mutate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+pub const VALIDATE_ELASTIC_QUOTA: &str = "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+pub const MUTATE_NODE_STATUS: &str = "/mutate-node-status";
+pub const VALIDATE_NODE: &str = "/validate-node";
+pub const MUTATE_RESERVATION: &str = "/mutate-reservation";
+pub const VALIDATE_CONFIGMAP: &str = "/validate-configmap";
+
+pub static WEBHOOKS: &[WebhookSpec] = &[
+    WebhookSpec {
+        path: MUTATE_POD,
+        gate: Gate::PodMutatingWebhook,
+        kind: WebhookKind::Mutating,
+        resource: "pods",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[
+            EntrySpec {
+                exclude_system_namespaces: true,
+                ..entry("mpod-create.koordinator.sh", &["CREATE"], "", "v1", "pods")
+            },
+            EntrySpec {
+                exclude_system_namespaces: true,
+                object_selector: Some(("pod.koordinator.sh/mutating-update", "true")),
+                ..entry("mpod-update.koordinator.sh", &["UPDATE"], "", "v1", "pods")
+            },
+        ],
+    },
+    WebhookSpec {
+        path: VALIDATE_POD,
+        gate: Gate::PodValidatingWebhook,
+        kind: WebhookKind::Validating,
+        resource: "pods",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[EntrySpec {
+            exclude_system_namespaces: true,
+            side_effects: "NoneOnDryRun",
+            ..entry(
+                "vpod.koordinator.sh",
+                &["CREATE", "UPDATE"],
+                "",
+                "v1",
+                "pods",
+            )
+        }],
+    },
+    WebhookSpec {
+        path: MUTATE_ELASTIC_QUOTA,
+        gate: Gate::ElasticMutatingWebhook,
+        kind: WebhookKind::Mutating,
+        resource: "elasticquotas",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[entry(
+            "melasticquota.koordinator.sh",
+            &["CREATE"],
+            "scheduling.sigs.k8s.io",
+            "v1alpha1",
+            "elasticquotas",
+        )],
+    },
+    WebhookSpec {
+        path: VALIDATE_ELASTIC_QUOTA,
+        gate: Gate::ElasticValidatingWebhook,
+        kind: WebhookKind::Validating,
+        resource: "elasticquotas",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[entry(
+            "velasticquota.koordinator.sh",
+            &["CREATE", "UPDATE", "DELETE"],
+            "scheduling.sigs.k8s.io",
+            "v1alpha1",
+            "elasticquotas",
+        )],
+    },
+    WebhookSpec {
+        path: MUTATE_NODE_STATUS,
+        gate: Gate::NodeMutatingWebhook,
+        kind: WebhookKind::Mutating,
+        resource: "nodes",
+        sub_resource: "status",
+        failure_policy: FailurePolicy::Ignore,
+        entries: &[entry(
+            "mnode-status.koordinator.sh",
+            &["CREATE", "UPDATE"],
+            "",
+            "v1",
+            "nodes/status",
+        )],
+    },
+    WebhookSpec {
+        path: VALIDATE_NODE,
+        gate: Gate::NodeValidatingWebhook,
+        kind: WebhookKind::Validating,
+        resource: "nodes",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Ignore,
+        entries: &[entry(
+            "vnode.koordinator.sh",
+            &["CREATE", "UPDATE"],
+            "",
+            "v1",
+            "nodes",
+        )],
+    },
+    WebhookSpec {
+        path: MUTATE_RESERVATION,
+        gate: Gate::ReservationMutatingWebhook,
+        kind: WebhookKind::Mutating,
+        resource: "reservations",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[entry(
+            "mreservation-create.koordinator.sh",
+            &["CREATE"],
+            "scheduling.koordinator.sh",
+            "v1alpha1",
+            "reservations",
+        )],
+    },
+    WebhookSpec {
+        path: VALIDATE_CONFIGMAP,
+        gate: Gate::ConfigMapValidatingWebhook,
+        kind: WebhookKind::Validating,
+        resource: "configmaps",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[EntrySpec {
+            object_selector: Some(("koordinator.sh/configmap-type", "slo-controller-config")),
+            ..entry(
+                "vconfigmap.koordinator.sh",
+                &["CREATE", "UPDATE", "DELETE"],
+                "",
+                "v1",
+                "configmaps",
+            )
+        }],
+    },
+];
+
+pub fn find(path: &str) -> Option<&'static WebhookSpec> {
+    WEBHOOKS.iter().find(|w| w.path == path)
+}

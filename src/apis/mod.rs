@@ -1,0 +1,28 @@
+//! Koordinator's custom resources as Rust types, and the label/annotation names the webhooks read.
+//!
+//! `crds/` is generated from these types by `koord-webhook crds`.
+
+pub mod colocation_profile;
+pub mod elastic_quota;
+pub mod elastic_quota_profile;
+pub mod keys;
+pub mod reservation;
+mod schema;
+
+pub use colocation_profile::{ClusterColocationProfile, ClusterColocationProfileSpec};
+pub use elastic_quota::{ElasticQuota, ElasticQuotaSpec, ElasticQuotaStatus};
+pub use elastic_quota_profile::{ElasticQuotaProfile, ElasticQuotaProfileSpec};
+pub use reservation::{Reservation, ReservationSpec, ReservationStatus};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// Every CRD this project defines, in the order `crds/` lists them.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        ElasticQuota::crd(),
+        ElasticQuotaProfile::crd(),
+        Reservation::crd(),
+        ClusterColocationProfile::crd(),
+    ]
+}

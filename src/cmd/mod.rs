@@ -1,0 +1,5 @@
+//! The subcommands.
+
+pub mod crds;
+pub mod review;
+pub mod serve;

@@ -1,0 +1,294 @@
+//! Feature gates: the table of names and defaults (spec/admission.md 0.3 as amended by 0.1) and the
+//! `--feature-gates Name=true,...` parser.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Every gate koord-webhook knows. The order is the order `--help` and `status` print them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Gate {
+    PodMutatingWebhook,
+    PodValidatingWebhook,
+    ElasticMutatingWebhook,
+    ElasticValidatingWebhook,
+    NodeMutatingWebhook,
+    NodeValidatingWebhook,
+    ConfigMapValidatingWebhook,
+    ReservationMutatingWebhook,
+    ColocationProfileSkipMutatingResources,
+    ColocationProfileSkipValidatingPriority,
+    MultiQuotaTree,
+    DisableExtendedResourceSpec,
+    DisableDeviceResourceSpec,
+    ValidatePodDeviceResource,
+    EnableQuotaAdmission,
+    EnableQuotaAdmissionOnUpdate,
+    ElasticQuotaEvaluationTransformPod,
+    ReplaceResourcesTransformer,
+    DisableDefaultQuota,
+    SupportParentQuotaSubmitPod,
+    ElasticQuotaEnableUpdateResourceKey,
+    ElasticQuotaGuaranteeUsage,
+    EnablePodEnhancedValidator,
+    AmplifyNodeCapacity,
+    ReservationAffinityValidation,
+}
+
+/// (gate, name, default). One line per gate keeps the table reviewable against the spec.
+const TABLE: &[(Gate, &str, bool)] = &[
+    (Gate::PodMutatingWebhook, "PodMutatingWebhook", true),
+    (Gate::PodValidatingWebhook, "PodValidatingWebhook", true),
+    (Gate::ElasticMutatingWebhook, "ElasticMutatingWebhook", true),
+    (
+        Gate::ElasticValidatingWebhook,
+        "ElasticValidatingWebhook",
+        true,
+    ),
+    (Gate::NodeMutatingWebhook, "NodeMutatingWebhook", true),
+    (Gate::NodeValidatingWebhook, "NodeValidatingWebhook", true),
+    (
+        Gate::ConfigMapValidatingWebhook,
+        "ConfigMapValidatingWebhook",
+        true,
+    ),
+    (
+        Gate::ReservationMutatingWebhook,
+        "ReservationMutatingWebhook",
+        true,
+    ),
+    (
+        Gate::ColocationProfileSkipMutatingResources,
+        "ColocationProfileSkipMutatingResources",
+        false,
+    ),
+    (
+        Gate::ColocationProfileSkipValidatingPriority,
+        "ColocationProfileSkipValidatingPriority",
+        false,
+    ),
+    (Gate::MultiQuotaTree, "MultiQuotaTree", false),
+    (
+        Gate::DisableExtendedResourceSpec,
+        "DisableExtendedResourceSpec",
+        false,
+    ),
+    (
+        Gate::DisableDeviceResourceSpec,
+        "DisableDeviceResourceSpec",
+        false,
+    ),
+    (
+        Gate::ValidatePodDeviceResource,
+        "ValidatePodDeviceResource",
+        false,
+    ),
+    (Gate::EnableQuotaAdmission, "EnableQuotaAdmission", false),
+    (
+        Gate::EnableQuotaAdmissionOnUpdate,
+        "EnableQuotaAdmissionOnUpdate",
+        false,
+    ),
+    (
+        Gate::ElasticQuotaEvaluationTransformPod,
+        "ElasticQuotaEvaluationTransformPod",
+        false,
+    ),
+    (
+        Gate::ReplaceResourcesTransformer,
+        "ReplaceResourcesTransformer",
+        false,
+    ),
+    (Gate::DisableDefaultQuota, "DisableDefaultQuota", false),
+    (
+        Gate::SupportParentQuotaSubmitPod,
+        "SupportParentQuotaSubmitPod",
+        false,
+    ),
+    (
+        Gate::ElasticQuotaEnableUpdateResourceKey,
+        "ElasticQuotaEnableUpdateResourceKey",
+        false,
+    ),
+    (
+        Gate::ElasticQuotaGuaranteeUsage,
+        "ElasticQuotaGuaranteeUsage",
+        false,
+    ),
+    (
+        Gate::EnablePodEnhancedValidator,
+        "EnablePodEnhancedValidator",
+        false,
+    ),
+    (Gate::AmplifyNodeCapacity, "AmplifyNodeCapacity", true),
+    (
+        Gate::ReservationAffinityValidation,
+        "ReservationAffinityValidation",
+        false,
+    ),
+];
+
+impl Gate {
+    pub fn all() -> impl Iterator<Item = Gate> {
+        TABLE.iter().map(|(g, _, _)| *g)
+    }
+
+    pub fn name(self) -> &'static str {
+        TABLE[self as usize].1
+    }
+
+    pub fn default_enabled(self) -> bool {
+        TABLE[self as usize].2
+    }
+}
+
+impl fmt::Display for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GateError {
+    #[error("unknown feature gate {0:?} (known: {known})", known = known_names())]
+    Unknown(String),
+    #[error("feature gate {0:?} needs a value: Name=true or Name=false")]
+    MissingValue(String),
+    #[error("feature gate {name}: {value:?} is not true or false")]
+    BadValue { name: String, value: String },
+}
+
+fn known_names() -> String {
+    TABLE
+        .iter()
+        .map(|(_, n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The state of every gate. Cheap to copy; read on every request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FeatureGates {
+    enabled: [bool; TABLE.len()],
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        let mut enabled = [false; TABLE.len()];
+        for (gate, _, default) in TABLE {
+            enabled[*gate as usize] = *default;
+        }
+        Self { enabled }
+    }
+}
+
+impl FeatureGates {
+    pub fn enabled(&self, gate: Gate) -> bool {
+        self.enabled[gate as usize]
+    }
+
+    pub fn set(&mut self, gate: Gate, on: bool) {
+        self.enabled[gate as usize] = on;
+    }
+
+    /// The gates that differ from their default, in the `--feature-gates` syntax.
+    pub fn overrides(&self) -> String {
+        Gate::all()
+            .filter(|g| self.enabled(*g) != g.default_enabled())
+            .map(|g| format!("{}={}", g, self.enabled(g)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl fmt::Debug for FeatureGates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(Gate::all().map(|g| (g.name(), self.enabled(g))))
+            .finish()
+    }
+}
+
+impl FromStr for FeatureGates {
+    type Err = GateError;
+
+    /// Parses `A=true,B=false` on top of the defaults; whitespace around items is ignored.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut gates = FeatureGates::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| GateError::MissingValue(item.to_owned()))?;
+            let (name, value) = (name.trim(), value.trim());
+            let gate = TABLE
+                .iter()
+                .find(|(_, n, _)| *n == name)
+                .map(|(g, _, _)| *g)
+                .ok_or_else(|| GateError::Unknown(name.to_owned()))?;
+            let on = match value.to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(GateError::BadValue {
+                        name: name.to_owned(),
+                        value: value.to_owned(),
+                    });
+                }
+            };
+            gates.set(gate, on);
+        }
+        Ok(gates)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_indexed_by_discriminant() {
+        for (i, (gate, _, _)) in TABLE.iter().enumerate() {
+            assert_eq!(*gate as usize, i, "{gate:?} is out of place in TABLE");
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let g = FeatureGates::default();
+        assert!(g.enabled(Gate::NodeMutatingWebhook));
+        assert!(g.enabled(Gate::ReservationMutatingWebhook));
+        assert!(g.enabled(Gate::AmplifyNodeCapacity));
+        assert!(!g.enabled(Gate::EnableQuotaAdmission));
+        assert!(!g.enabled(Gate::ReservationAffinityValidation));
+        assert_eq!(g.overrides(), "");
+    }
+
+    #[test]
+    fn parses_overrides() {
+        let g: FeatureGates = " PodMutatingWebhook=false, EnableQuotaAdmission=TRUE ,"
+            .parse()
+            .unwrap();
+        assert!(!g.enabled(Gate::PodMutatingWebhook));
+        assert!(g.enabled(Gate::EnableQuotaAdmission));
+        assert_eq!(
+            g.overrides(),
+            "PodMutatingWebhook=false,EnableQuotaAdmission=true"
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_and_malformed() {
+        assert!(
+            matches!("Nope=true".parse::<FeatureGates>(), Err(GateError::Unknown(n)) if n == "Nope")
+        );
+        assert!(matches!(
+            "MultiQuotaTree".parse::<FeatureGates>(),
+            Err(GateError::MissingValue(_))
+        ));
+        assert!(matches!(
+            "MultiQuotaTree=yes".parse::<FeatureGates>(),
+            Err(GateError::BadValue { .. })
+        ));
+        let msg = "Nope=true".parse::<FeatureGates>().unwrap_err().to_string();
+        assert!(msg.contains("known: PodMutatingWebhook"), "{msg}");
+    }
+}

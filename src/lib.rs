@@ -1,0 +1,14 @@
+//! koord-webhook: Koordinator's admission webhooks as a self-managing Kubernetes operator.
+
+pub mod admission;
+pub mod apis;
+pub mod cache;
+pub mod certs;
+pub mod cli;
+pub mod cmd;
+pub mod duration;
+pub mod features;
+pub mod metrics;
+pub mod server;
+pub mod telemetry;
+pub mod tls;

@@ -1,0 +1,50 @@
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use koord_webhook::cli::{Cli, Command};
+use koord_webhook::{cmd, telemetry, tls};
+
+fn main() -> ExitCode {
+    tls::install_default_provider();
+    let cli = Cli::parse();
+    telemetry::init();
+    match cli.command {
+        Command::Serve(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => return fail(format!("cannot start runtime: {e}")),
+            };
+            match runtime.block_on(cmd::serve::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(format!("{e:#}")),
+            }
+        }
+        Command::Review(args) => match cmd::review::run(&args) {
+            Ok(response) => {
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout
+                    .write_all(&response)
+                    .and_then(|_| stdout.write_all(b"\n"));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("koord-webhook review: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Crds => match cmd::crds::render() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("cannot render CRDs: {e}")),
+        },
+    }
+}
+
+/// One line on stderr, exit 1.
+fn fail(message: String) -> ExitCode {
+    eprintln!("koord-webhook: error: {}", message.replace('\n', " "));
+    ExitCode::FAILURE
+}
