@@ -50,12 +50,23 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// The endpoints of the webhook table whose gates are on, with their registered plugins.
     pub fn new(cache: Cache, gates: FeatureGates, metrics: Metrics) -> Self {
         let endpoints = WEBHOOKS
             .iter()
             .filter(|spec| gates.enabled(spec.gate))
             .map(build_endpoint)
             .collect();
+        Self::with_endpoints(endpoints, cache, gates, metrics)
+    }
+
+    /// Exactly these endpoints (tests and benchmarks build their own chains).
+    pub fn with_endpoints(
+        endpoints: Vec<Box<dyn Endpoint>>,
+        cache: Cache,
+        gates: FeatureGates,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             endpoints,
             env: Env {
@@ -221,3 +232,6 @@ fn build_endpoint(spec: &'static WebhookSpec) -> Box<dyn Endpoint> {
         other => unreachable!("webhook table entry {other} has no endpoint"),
     }
 }
+
+#[cfg(test)]
+mod tests;

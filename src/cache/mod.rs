@@ -31,6 +31,7 @@ pub struct Cache {
 }
 
 /// Write side, owned by whoever fills the cache.
+#[derive(Default)]
 pub struct CacheWriter {
     pub elastic_quotas: Writer<ElasticQuota>,
     pub elastic_quota_profiles: Writer<ElasticQuotaProfile>,
@@ -44,6 +45,8 @@ pub struct CacheWriter {
 }
 
 /// One object of a kind the cache holds.
+// Short-lived (moved straight into a store), so the size spread between kinds costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum CachedObject {
     ElasticQuota(ElasticQuota),
@@ -55,22 +58,6 @@ pub enum CachedObject {
     PriorityClass(PriorityClass),
     Node(PartialObjectMeta<Node>),
     Pod(PartialObjectMeta<Pod>),
-}
-
-impl Default for CacheWriter {
-    fn default() -> Self {
-        Self {
-            elastic_quotas: Writer::default(),
-            elastic_quota_profiles: Writer::default(),
-            reservations: Writer::default(),
-            colocation_profiles: Writer::default(),
-            config_maps: Writer::default(),
-            namespaces: Writer::default(),
-            priority_classes: Writer::default(),
-            nodes: Writer::default(),
-            pods: Writer::default(),
-        }
-    }
 }
 
 impl CacheWriter {

@@ -22,10 +22,19 @@ pub async fn handle(
     shared: web::Data<Shared>,
 ) -> HttpResponse {
     let path = req.path();
+    if super::GET_PATHS.contains(&path) {
+        drain(&mut payload, shared.max_body_bytes).await;
+        return HttpResponse::MethodNotAllowed()
+            .insert_header((header::ALLOW, "GET"))
+            .content_type("text/plain; charset=utf-8")
+            .body(format!("{path} accepts GET only\n"));
+    }
     if shared.admission.endpoint(path).is_none() {
+        drain(&mut payload, shared.max_body_bytes).await;
         return plain(StatusCode::NOT_FOUND, format!("404 page not found: {path}"));
     }
     if req.method() != Method::POST {
+        drain(&mut payload, shared.max_body_bytes).await;
         return HttpResponse::MethodNotAllowed()
             .insert_header((header::ALLOW, "POST"))
             .content_type("text/plain; charset=utf-8")
@@ -73,6 +82,17 @@ pub async fn handle(
             plain(StatusCode::NOT_FOUND, format!("404 page not found: {path}"))
         }
         Err(ReviewError::Malformed(e)) => plain(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+/// Reads and drops a body we will not use, so an HTTP/1.1 connection stays reusable after an error.
+async fn drain(payload: &mut web::Payload, limit: usize) {
+    let mut seen = 0;
+    while let Some(Ok(chunk)) = payload.next().await {
+        seen += chunk.len();
+        if seen > limit {
+            break;
+        }
     }
 }
 

@@ -21,6 +21,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// "failed calling webhook" errors when it reuses one we just closed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
 
+/// The non-admission paths; any other method on them gets 405.
+const GET_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics", "/debug/elastic-quota"];
+
 /// What the request handlers share.
 pub struct Shared {
     pub admission: Admission,

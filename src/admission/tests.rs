@@ -1,0 +1,385 @@
+//! Framework tests with plugins made for the purpose: order, gates, panics, timeouts, patches.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{Value, json};
+
+use super::chain::{Ctx, Mutator, Step, Validator};
+use super::endpoint::TypedEndpoint;
+use super::outcome::Rejection;
+use super::webhooks::{self, find};
+use super::*;
+use crate::metrics::PluginLabels;
+
+/// Appends its letter to the `trail` label, so the final value shows the order plugins ran in.
+struct Append(&'static str, Option<crate::features::Gate>);
+
+impl Mutator<Pod> for Append {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn enabled(&self, gates: &FeatureGates) -> bool {
+        self.1.is_none_or(|g| gates.enabled(g))
+    }
+    fn mutate<'a>(&'a self, _ctx: &'a Ctx<'a, Pod>, pod: &'a mut Pod) -> Step<'a> {
+        let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.entry("trail".into()).or_default().push_str(self.0);
+        Ok(()).into()
+    }
+}
+
+struct Reject(&'static str, Arc<AtomicUsize>);
+
+impl Validator<Pod> for Reject {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn validate<'a>(&'a self, _ctx: &'a Ctx<'a, Pod>) -> Step<'a> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        Err(Rejection::invalid(format!("{} says no", self.0))).into()
+    }
+}
+
+struct Panics;
+
+impl Validator<Pod> for Panics {
+    fn name(&self) -> &'static str {
+        "Panics"
+    }
+    fn validate<'a>(&'a self, ctx: &'a Ctx<'a, Pod>) -> Step<'a> {
+        if ctx.object().and_then(|p| p.metadata.name.as_deref()) == Some("boom") {
+            panic!("index out of range");
+        }
+        Ok(()).into()
+    }
+}
+
+struct Sleeps(Duration);
+
+impl Mutator<Node> for Sleeps {
+    fn name(&self) -> &'static str {
+        "Sleeps"
+    }
+    fn mutate<'a>(&'a self, _ctx: &'a Ctx<'a, Node>, _node: &'a mut Node) -> Step<'a> {
+        Step::Pending(Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(())
+        }))
+    }
+}
+
+impl Validator<Pod> for Sleeps {
+    fn name(&self) -> &'static str {
+        "Sleeps"
+    }
+    fn validate<'a>(&'a self, _ctx: &'a Ctx<'a, Pod>) -> Step<'a> {
+        Step::Pending(Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(())
+        }))
+    }
+}
+
+fn review_body(resource: &str, sub_resource: Option<&str>, object: Value) -> Vec<u8> {
+    let kind = if resource == "nodes" { "Node" } else { "Pod" };
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "uid-7", "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": resource},
+            "subResource": sub_resource,
+            "namespace": "default", "operation": "UPDATE", "userInfo": {"username": "tester"},
+            "object": object, "oldObject": null
+        }
+    }))
+    .unwrap()
+}
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "busybox", "futureField": {"kept": true}}]}})
+}
+
+fn response(bytes: &[u8]) -> Value {
+    let review: Value = serde_json::from_slice(bytes).unwrap();
+    assert_eq!(review["response"]["uid"], "uid-7", "uid is echoed");
+    review["response"].clone()
+}
+
+fn admission(endpoints: Vec<Box<dyn endpoint::Endpoint>>, gates: FeatureGates) -> Admission {
+    Admission::with_endpoints(endpoints, Cache::empty(), gates, Metrics::new())
+}
+
+fn spec(path: &str) -> &'static WebhookSpec {
+    find(path).unwrap()
+}
+
+#[tokio::test]
+async fn mutators_run_in_order_and_the_patch_applies_to_the_received_object() {
+    let plugins: Vec<Box<dyn Mutator<Pod>>> =
+        vec![Box::new(Append("a", None)), Box::new(Append("b", None))];
+    let adm = admission(
+        vec![Box::new(TypedEndpoint::mutating(
+            spec(webhooks::MUTATE_POD),
+            plugins,
+        ))],
+        FeatureGates::default(),
+    );
+    let received = pod("p");
+    let out = adm
+        .review(
+            webhooks::MUTATE_POD,
+            &review_body("pods", None, received.clone()),
+            None,
+        )
+        .await
+        .unwrap();
+    let response = response(&out);
+    assert_eq!(response["allowed"], true);
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let mut patched = received.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    let mut expected = received;
+    expected["metadata"]["labels"] = json!({"trail": "ab"});
+    // Only the rules' change: a field the typed Pod does not know is left alone.
+    assert_eq!(patched, expected);
+}
+
+#[tokio::test]
+async fn a_gated_plugin_runs_only_when_its_gate_is_on() {
+    let gate = crate::features::Gate::MultiQuotaTree;
+    let make = || -> Vec<Box<dyn endpoint::Endpoint>> {
+        let plugins: Vec<Box<dyn Mutator<Pod>>> = vec![Box::new(Append("g", Some(gate)))];
+        vec![Box::new(TypedEndpoint::mutating(
+            spec(webhooks::MUTATE_POD),
+            plugins,
+        ))]
+    };
+    let body = review_body("pods", None, pod("p"));
+    let off = admission(make(), FeatureGates::default());
+    let response_off = response(&off.review(webhooks::MUTATE_POD, &body, None).await.unwrap());
+    assert_eq!(response_off["allowed"], true);
+    assert!(
+        response_off.get("patch").is_none(),
+        "no change, no patch: {response_off}"
+    );
+
+    let on = admission(make(), "MultiQuotaTree=true".parse().unwrap());
+    let response_on = response(&on.review(webhooks::MUTATE_POD, &body, None).await.unwrap());
+    assert!(response_on["patch"].is_string());
+}
+
+#[tokio::test]
+async fn an_endpoint_whose_gate_is_off_is_not_found() {
+    let gates: FeatureGates = "PodValidatingWebhook=false".parse().unwrap();
+    let adm = Admission::new(Cache::empty(), gates, Metrics::new());
+    let body = review_body("pods", None, pod("p"));
+    assert!(matches!(
+        adm.review(webhooks::VALIDATE_POD, &body, None).await,
+        Err(ReviewError::NotFound(_))
+    ));
+    assert!(adm.endpoint(webhooks::MUTATE_POD).is_some());
+}
+
+#[tokio::test]
+async fn validators_stop_at_the_first_rejection() {
+    let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let plugins: Vec<Box<dyn Validator<Pod>>> = vec![
+        Box::new(Reject("first", first.clone())),
+        Box::new(Reject("second", second.clone())),
+    ];
+    let adm = admission(
+        vec![Box::new(TypedEndpoint::validating(
+            spec(webhooks::VALIDATE_POD),
+            plugins,
+        ))],
+        FeatureGates::default(),
+    );
+    let response = response(
+        &adm.review(
+            webhooks::VALIDATE_POD,
+            &review_body("pods", None, pod("p")),
+            None,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 400);
+    assert_eq!(response["status"]["message"], "first says no");
+    assert_eq!(
+        (first.load(Ordering::SeqCst), second.load(Ordering::SeqCst)),
+        (1, 0)
+    );
+}
+
+#[tokio::test]
+async fn requests_for_other_resources_pass_untouched_and_bad_objects_are_denied() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let plugins: Vec<Box<dyn Validator<Pod>>> = vec![Box::new(Reject("r", counter.clone()))];
+    let adm = admission(
+        vec![Box::new(TypedEndpoint::validating(
+            spec(webhooks::VALIDATE_POD),
+            plugins,
+        ))],
+        FeatureGates::default(),
+    );
+    let status = review_body("pods", Some("status"), pod("p"));
+    assert_eq!(
+        response(
+            &adm.review(webhooks::VALIDATE_POD, &status, None)
+                .await
+                .unwrap()
+        )["allowed"],
+        true
+    );
+    assert_eq!(counter.load(Ordering::SeqCst), 0);
+
+    let bad = review_body("pods", None, json!({"metadata": {"name": 5}}));
+    let response_bad = response(
+        &adm.review(webhooks::VALIDATE_POD, &bad, None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(response_bad["allowed"], false);
+    assert_eq!(response_bad["status"]["code"], 400);
+
+    let empty = review_body("pods", None, Value::Null);
+    let response_empty = response(
+        &adm.review(webhooks::VALIDATE_POD, &empty, None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        response_empty["status"]["message"],
+        "there is no content to decode"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_plugin_fails_only_its_request_and_is_counted() {
+    let plugins: Vec<Box<dyn Validator<Pod>>> = vec![Box::new(Panics)];
+    let adm = admission(
+        vec![Box::new(TypedEndpoint::validating(
+            spec(webhooks::VALIDATE_POD),
+            plugins,
+        ))],
+        FeatureGates::default(),
+    );
+    let boom = response(
+        &adm.review(
+            webhooks::VALIDATE_POD,
+            &review_body("pods", None, pod("boom")),
+            None,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(boom["allowed"], false);
+    assert_eq!(boom["status"]["code"], 500);
+    assert!(
+        boom["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("plugin Panics failed: index out of range")
+    );
+    let fine = response(
+        &adm.review(
+            webhooks::VALIDATE_POD,
+            &review_body("pods", None, pod("ok")),
+            None,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(fine["allowed"], true);
+    let panics = adm
+        .metrics()
+        .plugin_panics
+        .get_or_create(&PluginLabels {
+            webhook: webhooks::VALIDATE_POD,
+            plugin: "Panics",
+        })
+        .get();
+    assert_eq!(panics, 1);
+}
+
+#[tokio::test]
+async fn a_chain_past_the_api_timeout_answers_before_it() {
+    let slow: Vec<Box<dyn Validator<Pod>>> = vec![Box::new(Sleeps(Duration::from_secs(30)))];
+    let slow_node: Vec<Box<dyn Mutator<Node>>> = vec![Box::new(Sleeps(Duration::from_secs(30)))];
+    let adm = admission(
+        vec![
+            Box::new(TypedEndpoint::validating(
+                spec(webhooks::VALIDATE_POD),
+                slow,
+            )),
+            Box::new(TypedEndpoint::mutating(
+                spec(webhooks::MUTATE_NODE_STATUS),
+                slow_node,
+            )),
+        ],
+        FeatureGates::default(),
+    );
+    let timeout = Some(Duration::from_millis(500));
+    let fail = response(
+        &adm.review(
+            webhooks::VALIDATE_POD,
+            &review_body("pods", None, pod("p")),
+            timeout,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(fail["allowed"], false);
+    assert_eq!(fail["status"]["code"], 504);
+    assert!(
+        fail["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within")
+    );
+
+    // failurePolicy Ignore: the API server would let it through, so the answer does too.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}});
+    let ignore = response(
+        &adm.review(
+            webhooks::MUTATE_NODE_STATUS,
+            &review_body("nodes", Some("status"), node),
+            timeout,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(ignore["allowed"], true);
+    assert!(
+        ignore["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("did not finish")
+    );
+}
+
+#[test]
+fn the_answer_budget_leaves_a_margin() {
+    assert_eq!(
+        answer_budget(Duration::from_secs(10)),
+        Duration::from_secs(9)
+    );
+    assert_eq!(
+        answer_budget(Duration::from_millis(500)),
+        Duration::from_millis(400)
+    );
+    assert_eq!(
+        answer_budget(Duration::from_millis(100)),
+        Duration::from_millis(50)
+    );
+}

@@ -1,0 +1,229 @@
+//! `koord-webhook review` through the real binary: its output and exit codes are a public contract.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use base64::Engine;
+use serde_json::Value;
+use support::fixture;
+
+fn review(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .arg("review")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or_default()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn state() -> String {
+    fixture("state").display().to_string()
+}
+
+fn request(name: &str) -> String {
+    fixture(&format!("requests/{name}")).display().to_string()
+}
+
+fn response(out: &Output) -> Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let review: Value = serde_json::from_slice(&out.stdout).unwrap();
+    review["response"].clone()
+}
+
+#[test]
+fn a_denied_request_prints_the_reason_and_exits_0() {
+    let out = review(
+        &[
+            "--state",
+            &state(),
+            "--path",
+            "/validate-pod",
+            "--request",
+            &request("validate-pod-reserve-annotation.json"),
+        ],
+        None,
+    );
+    let response = response(&out);
+    assert_eq!(response["uid"], "0b4b5a48-6c8c-4b1e-9f7e-3d1c2b0a0001");
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 400);
+    assert_eq!(
+        response["status"]["message"],
+        "annotations.scheduling.koordinator.sh/reserve-pod: Forbidden: cannot set in annotations"
+    );
+}
+
+#[test]
+fn an_allowed_request_with_a_patch_read_from_stdin() {
+    let body = std::fs::read(request("mutate-quota-create.json")).unwrap();
+    let out = review(
+        &[
+            "--state",
+            &state(),
+            "--path",
+            "/mutate-scheduling-sigs-k8s-io-v1alpha1-elasticquota",
+            "--request",
+            "-",
+        ],
+        Some(&body),
+    );
+    let response = response(&out);
+    assert_eq!(response["allowed"], true);
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+    let received: Value = serde_json::from_slice(&body).unwrap();
+    let mut quota = received["request"]["object"].clone();
+    json_patch::patch(&mut quota, &patch).unwrap();
+    // The parent's tree id is inherited and the shared weight defaults to max.
+    assert_eq!(
+        quota["metadata"]["labels"]["quota.scheduling.koordinator.sh/tree-id"],
+        "tree-1"
+    );
+    assert_eq!(
+        quota["metadata"]["annotations"]["quota.scheduling.koordinator.sh/shared-weight"],
+        r#"{"cpu":"2","memory":"4Gi"}"#
+    );
+}
+
+#[test]
+fn an_allowed_request_without_changes_has_no_patch() {
+    let out = review(
+        &[
+            "--state",
+            &state(),
+            "--path",
+            "/validate-pod",
+            "--request",
+            &request("validate-pod-plain.json"),
+        ],
+        None,
+    );
+    let response = response(&out);
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+}
+
+#[test]
+fn a_gate_switched_off_makes_the_path_unusable() {
+    let out = review(
+        &[
+            "--state",
+            &state(),
+            "--path",
+            "/validate-pod",
+            "--feature-gates",
+            "PodValidatingWebhook=false",
+            "--request",
+            &request("validate-pod-plain.json"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unusable_input_exits_2_with_one_line() {
+    let cases: Vec<(Vec<String>, &[u8], &str)> = vec![
+        (
+            vec![
+                "--state".into(),
+                state(),
+                "--path".into(),
+                "/validate-pod".into(),
+                "--request".into(),
+                "-".into(),
+            ],
+            b"this is not json",
+            "body is not an AdmissionReview",
+        ),
+        (
+            vec![
+                "--state".into(),
+                state(),
+                "--path".into(),
+                "/nope".into(),
+                "--request".into(),
+                request("validate-pod-plain.json"),
+            ],
+            b"",
+            "no admission endpoint at /nope",
+        ),
+        (
+            vec![
+                "--state".into(),
+                "/does/not/exist".into(),
+                "--path".into(),
+                "/validate-pod".into(),
+                "--request".into(),
+                request("validate-pod-plain.json"),
+            ],
+            b"",
+            "--state: cannot read /does/not/exist",
+        ),
+        (
+            vec![
+                "--state".into(),
+                state(),
+                "--path".into(),
+                "/validate-pod".into(),
+                "--request".into(),
+                "/missing.json".into(),
+            ],
+            b"",
+            "--request: cannot read /missing.json",
+        ),
+        (
+            vec![
+                "--state".into(),
+                state(),
+                "--path".into(),
+                "/validate-pod".into(),
+                "--feature-gates".into(),
+                "Bogus=true".into(),
+                "--request".into(),
+                request("validate-pod-plain.json"),
+            ],
+            b"",
+            "unknown feature gate \"Bogus\"",
+        ),
+    ];
+    for (args, stdin, expected) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = review(&args, Some(stdin));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "nothing on stdout for {args:?}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn serve_refuses_a_bad_flag_with_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(["serve", "--feature-gates", "Bogus=true", "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("koord-webhook: error: --feature-gates: unknown feature gate"),
+        "{stderr}"
+    );
+}

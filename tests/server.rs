@@ -1,0 +1,388 @@
+//! The HTTPS admission server, called over real TLS connections on an ephemeral port.
+
+mod support;
+
+use std::time::Duration;
+
+use hyper::StatusCode;
+use koord_webhook::admission::webhooks::{self, WEBHOOKS};
+use koord_webhook::cache::{Cache, load::load_state};
+use koord_webhook::features::FeatureGates;
+use serde_json::{Value, json};
+use support::tls_client::{Proto, connect, connect_with};
+use support::{TestServer, fixture};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn quota_cache() -> Cache {
+    load_state(&fixture("state/quota-tree.yaml"))
+        .unwrap()
+        .reader()
+}
+
+/// A request of the right shape for each path, with an object that no rule rejects.
+fn harmless_review(path: &str, uid: &str) -> Vec<u8> {
+    let spec = webhooks::find(path).unwrap();
+    let (group, version, kind, object) = match spec.resource {
+        "pods" => (
+            "",
+            "v1",
+            "Pod",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        ),
+        "nodes" => (
+            "",
+            "v1",
+            "Node",
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}),
+        ),
+        "elasticquotas" => (
+            "scheduling.sigs.k8s.io",
+            "v1alpha1",
+            "ElasticQuota",
+            json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota", "metadata": {"name": "q", "namespace": "team-a", "labels": {"quota.scheduling.koordinator.sh/parent": "parent-a"}, "annotations": {"quota.scheduling.koordinator.sh/shared-weight": "{\"cpu\":\"1\"}"}}, "spec": {"max": {"cpu": "1"}}}),
+        ),
+        "reservations" => (
+            "scheduling.koordinator.sh",
+            "v1alpha1",
+            "Reservation",
+            json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation", "metadata": {"name": "r"}, "spec": {"template": {}, "owners": [{"object": {"name": "x"}}]}}),
+        ),
+        "configmaps" => (
+            "",
+            "v1",
+            "ConfigMap",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "default"}}),
+        ),
+        other => panic!("no sample for {other}"),
+    };
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": spec.resource},
+            "subResource": if spec.sub_resource.is_empty() { Value::Null } else { json!(spec.sub_resource) },
+            "namespace": "team-a", "operation": "UPDATE", "userInfo": {"username": "u"},
+            "object": object, "oldObject": object
+        }
+    }))
+    .unwrap()
+}
+
+fn response_of(body: &[u8]) -> Value {
+    let review: Value = serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)));
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(review["kind"], "AdmissionReview");
+    review["response"].clone()
+}
+
+#[tokio::test]
+async fn every_admission_path_answers_over_http1_and_http2() {
+    let server = TestServer::start(quota_cache(), FeatureGates::default()).await;
+    for proto in [Proto::Http1, Proto::Http2] {
+        let mut conn = connect(server.addr, proto).await.unwrap();
+        // All eight paths on one connection: keep-alive holds it open.
+        for (i, spec) in WEBHOOKS.iter().enumerate() {
+            let uid = format!("uid-{i}");
+            let (status, body) = conn
+                .post(
+                    &format!("{}?timeout=10s", spec.path),
+                    harmless_review(spec.path, &uid),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{} over {proto:?}", spec.path);
+            let response = response_of(&body);
+            assert_eq!(response["uid"], uid.as_str());
+            assert_eq!(response["allowed"], true, "{}: {response}", spec.path);
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn denials_and_patches_come_back_in_the_wire_format() {
+    let server = TestServer::start(quota_cache(), FeatureGates::default()).await;
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+
+    let denied = std::fs::read(fixture("requests/validate-pod-reserve-annotation.json")).unwrap();
+    let (status, body) = conn.post(webhooks::VALIDATE_POD, denied).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = response_of(&body);
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 400);
+    assert_eq!(
+        response["status"]["message"],
+        "annotations.scheduling.koordinator.sh/reserve-pod: Forbidden: cannot set in annotations"
+    );
+
+    let create = std::fs::read(fixture("requests/mutate-quota-create.json")).unwrap();
+    let (_, body) = conn.post(webhooks::MUTATE_ELASTIC_QUOTA, create).await;
+    let response = response_of(&body);
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["patchType"], "JSONPatch");
+    assert!(
+        response["patch"].is_string(),
+        "patch is base64 text: {response}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_http_errors() {
+    let gates: FeatureGates = "ReservationMutatingWebhook=false".parse().unwrap();
+    let server = TestServer::start(Cache::empty(), gates).await;
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+
+    let (status, body) = conn
+        .post(webhooks::VALIDATE_POD, b"{not json".to_vec())
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.starts_with("body is not an AdmissionReview"), "{text}");
+    assert_eq!(text.trim_end().lines().count(), 1, "one-line reason");
+
+    let (status, _) = conn
+        .post(
+            webhooks::VALIDATE_POD,
+            br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // An object that does not decode: a denied review with code 400 and the uid echoed.
+    let mut review: Value =
+        serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "bad-object")).unwrap();
+    review["request"]["object"]["spec"]["containers"] = json!("not a list");
+    let (status, body) = conn
+        .post(webhooks::VALIDATE_POD, serde_json::to_vec(&review).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let response = response_of(&body);
+    assert_eq!(
+        (response["uid"].as_str(), response["allowed"].as_bool()),
+        (Some("bad-object"), Some(false))
+    );
+    assert_eq!(response["status"]["code"], 400);
+
+    let (status, _) = conn
+        .send("GET", webhooks::VALIDATE_POD, Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _) = conn
+        .send("PUT", webhooks::MUTATE_POD, b"{}".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _) = conn.post("/mutate-everything", b"{}".to_vec()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = conn
+        .post(
+            webhooks::MUTATE_RESERVATION,
+            harmless_review(webhooks::MUTATE_RESERVATION, "u"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "gate off: the path is gone");
+    let (status, _) = conn.post("/healthz", Vec::new()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let (status, _) = conn
+        .post(
+            &format!("{}?timeout=never", webhooks::MUTATE_POD),
+            b"{}".to_vec(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413_and_3_mib_objects_pass() {
+    let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
+    let mut conn = connect(server.addr, Proto::Http2).await.unwrap();
+    // An UPDATE of a 3 MiB object carries it twice.
+    let mut review: Value =
+        serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "big")).unwrap();
+    let filler = "x".repeat(3 * 1024 * 1024);
+    review["request"]["object"]["metadata"]["annotations"] = json!({"filler": filler});
+    review["request"]["oldObject"]["metadata"]["annotations"] = json!({"filler": filler});
+    let (status, body) = conn
+        .post(webhooks::VALIDATE_POD, serde_json::to_vec(&review).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(response_of(&body)["allowed"], true);
+
+    let huge = vec![b' '; 9 * 1024 * 1024];
+    let (status, body) = conn.post(webhooks::VALIDATE_POD, huge).await;
+    assert_eq!(
+        status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn health_readiness_metrics_and_debug() {
+    let server = TestServer::start(quota_cache(), FeatureGates::default()).await;
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+    assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
+    assert_eq!(conn.get("/readyz").await.0, StatusCode::OK);
+    server
+        .shared
+        .readiness
+        .set_not_ready("cache", "not synced yet");
+    let (status, body) = conn.get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(String::from_utf8(body).unwrap(), "cache: not synced yet\n");
+    server.shared.readiness.set_ready("cache");
+    assert_eq!(conn.get("/readyz").await.0, StatusCode::OK);
+
+    let (_, body) = conn
+        .post(
+            webhooks::VALIDATE_POD,
+            harmless_review(webhooks::VALIDATE_POD, "m"),
+        )
+        .await;
+    assert_eq!(response_of(&body)["allowed"], true);
+    let (status, body) = conn.get("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.contains(r#"koord_webhook_admission_requests_total{webhook="/validate-pod"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"koord_webhook_cache_objects{kind="ElasticQuota"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("koord_webhook_admission_plugin_duration_seconds_bucket"),
+        "{text}"
+    );
+
+    let (status, body) = conn.get("/debug/elastic-quota").await;
+    assert_eq!(status, StatusCode::OK);
+    let tree: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(tree["quotaHierarchyInfo"]["parent-a"], json!(["child-a1"]));
+    assert_eq!(tree["quotaInfoMap"]["child-a1"]["parentName"], "parent-a");
+    assert_eq!(tree["quotaInfoMap"]["parent-a"]["isParent"], true);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn only_tls_1_2_and_1_3_are_spoken() {
+    let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
+    let tls12 = connect_with(server.addr, Proto::Http1, &[&rustls::version::TLS12])
+        .await
+        .unwrap();
+    assert_eq!(tls12.tls_version, rustls::ProtocolVersion::TLSv1_2);
+    let tls13 = connect(server.addr, Proto::Http1).await.unwrap();
+    assert_eq!(tls13.tls_version, rustls::ProtocolVersion::TLSv1_3);
+
+    // rustls cannot speak TLS 1.1, so send a TLS 1.1 ClientHello by hand.
+    let mut hello = vec![0x03, 0x02]; // client_version TLS 1.1
+    hello.extend_from_slice(&[0x42; 32]); // random
+    hello.push(0); // session id
+    hello.extend_from_slice(&[0x00, 0x04, 0xc0, 0x13, 0x00, 0x2f]); // two TLS 1.1 cipher suites
+    hello.extend_from_slice(&[0x01, 0x00]); // null compression
+    let mut handshake = vec![0x01, 0x00, (hello.len() >> 8) as u8, hello.len() as u8];
+    handshake.extend_from_slice(&hello);
+    let mut record = vec![
+        0x16,
+        0x03,
+        0x02,
+        (handshake.len() >> 8) as u8,
+        handshake.len() as u8,
+    ];
+    record.extend_from_slice(&handshake);
+
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(&record).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server closes the connection");
+    assert_eq!(
+        answer.first(),
+        Some(&0x15),
+        "an alert record, not a ServerHello: {answer:02x?}"
+    );
+    // Fatal alert: protocol_version or handshake_failure, depending on what the hello lacks.
+    assert_eq!(answer.get(5), Some(&2), "fatal alert: {answer:02x?}");
+    assert!(
+        matches!(answer.get(6), Some(40 | 70)),
+        "refusal alert: {answer:02x?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
+    let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
+    let first_cert = connect(server.addr, Proto::Http1).await.unwrap().peer_cert;
+    let addr = server.addr;
+
+    // A connection opened before the swap keeps working after it.
+    let mut long_lived = connect(addr, Proto::Http2).await.unwrap();
+    assert_eq!(long_lived.peer_cert, first_cert);
+
+    let client = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for i in 0..150 {
+            let mut conn = connect(
+                addr,
+                if i % 2 == 0 {
+                    Proto::Http1
+                } else {
+                    Proto::Http2
+                },
+            )
+            .await
+            .expect("handshake");
+            let (status, body) = conn
+                .post(
+                    webhooks::VALIDATE_POD,
+                    harmless_review(webhooks::VALIDATE_POD, "swap"),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(response_of(&body)["allowed"], true);
+            seen.push(conn.peer_cert);
+        }
+        seen
+    });
+    let mut swapped_to = Vec::new();
+    for round in 0..5 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let pair = support::new_pair(&format!("rotated-{round}"));
+        server
+            .shared
+            .resolver
+            .set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes())
+            .unwrap();
+        swapped_to.push(server.shared.resolver.current().unwrap().certified.cert[0].to_vec());
+    }
+    let seen = client.await.expect("no request failed during the swaps");
+
+    let last = swapped_to.last().unwrap();
+    let after = connect(addr, Proto::Http1).await.unwrap();
+    assert_eq!(
+        &after.peer_cert, last,
+        "a new handshake presents the newest certificate"
+    );
+    assert_ne!(&first_cert, last);
+    assert!(
+        seen.iter()
+            .all(|c| *c == first_cert || swapped_to.contains(c))
+    );
+
+    let (status, _) = long_lived
+        .post(
+            webhooks::VALIDATE_POD,
+            harmless_review(webhooks::VALIDATE_POD, "old"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    server.stop().await;
+}

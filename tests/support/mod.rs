@@ -1,0 +1,71 @@
+//! Shared test support: an in-process admission server on an ephemeral port, and TLS clients that
+//! report the certificate they were shown.
+
+#![allow(dead_code)]
+
+pub mod tls_client;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use koord_webhook::admission::Admission;
+use koord_webhook::cache::Cache;
+use koord_webhook::certs::{PemPair, self_signed};
+use koord_webhook::features::FeatureGates;
+use koord_webhook::metrics::Metrics;
+use koord_webhook::server::{self, DEFAULT_MAX_BODY_BYTES, Readiness, Shared};
+use koord_webhook::tls::CertResolver;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+pub fn new_pair(name: &str) -> PemPair {
+    self_signed(
+        name,
+        &["localhost".into(), "127.0.0.1".into()],
+        Duration::from_secs(3600),
+    )
+    .unwrap()
+}
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl TestServer {
+    pub async fn start(cache: Cache, gates: FeatureGates) -> Self {
+        koord_webhook::tls::install_default_provider();
+        let resolver = Arc::new(CertResolver::new());
+        let pair = new_pair("first");
+        resolver
+            .set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes())
+            .unwrap();
+        let shared = Arc::new(Shared {
+            admission: Admission::new(cache, gates, Metrics::new()),
+            readiness: Readiness::default(),
+            resolver,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = server::build(listener, shared.clone()).unwrap();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Self {
+            addr,
+            shared,
+            handle,
+        }
+    }
+
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+    }
+}

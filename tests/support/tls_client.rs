@@ -1,0 +1,179 @@
+//! A minimal HTTPS client over tokio-rustls and hyper: it pins protocol versions and ALPN, and
+//! returns the certificate the server presented, which a general-purpose client hides.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// Accepts any certificate: these tests check what is served, not a chain of trust.
+#[derive(Debug)]
+struct AcceptAny(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Proto {
+    Http1,
+    Http2,
+}
+
+pub enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+/// One TLS connection carrying HTTP requests.
+pub struct Conn {
+    sender: Sender,
+    /// DER of the leaf certificate the server presented.
+    pub peer_cert: Vec<u8>,
+    pub tls_version: rustls::ProtocolVersion,
+}
+
+pub async fn connect(
+    addr: SocketAddr,
+    proto: Proto,
+) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    connect_with(
+        addr,
+        proto,
+        &[&rustls::version::TLS13, &rustls::version::TLS12],
+    )
+    .await
+}
+
+pub async fn connect_with(
+    addr: SocketAddr,
+    proto: Proto,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = match proto {
+        Proto::Http1 => vec![b"http/1.1".to_vec()],
+        Proto::Http2 => vec![b"h2".to_vec()],
+    };
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await?;
+    let (_, session) = tls.get_ref();
+    let peer_cert = session
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    let tls_version = session.protocol_version().ok_or("no protocol version")?;
+    let io = TokioIo::new(tls);
+    let sender = match proto {
+        Proto::Http1 => {
+            let (sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            Sender::H1(sender)
+        }
+        Proto::Http2 => {
+            let (sender, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(conn);
+            Sender::H2(sender)
+        }
+    };
+    Ok(Conn {
+        sender,
+        peer_cert,
+        tls_version,
+    })
+}
+
+impl Conn {
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, Vec<u8>), Box<dyn std::error::Error + Send + Sync>> {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        let response = match &mut self.sender {
+            Sender::H1(s) => {
+                s.ready().await?;
+                s.send_request(request).await?
+            }
+            Sender::H2(s) => {
+                s.ready().await?;
+                s.send_request(request).await?
+            }
+        };
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes().to_vec();
+        Ok((status, body))
+    }
+
+    pub async fn post(&mut self, path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+        self.send("POST", path, body).await.expect("request failed")
+    }
+
+    pub async fn get(&mut self, path: &str) -> (StatusCode, Vec<u8>) {
+        self.send("GET", path, Vec::new())
+            .await
+            .expect("request failed")
+    }
+}
