@@ -27,6 +27,30 @@ pub enum Command {
     Review(ReviewArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crds,
+    /// Print the install manifests (one file for `kubectl apply -f`).
+    Manifests(ManifestArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ManifestArgs {
+    /// Address the API server calls the webhook at (URL mode); without it, the in-cluster Service.
+    #[arg(long)]
+    pub webhook_host: Option<String>,
+    /// Webhook port in URL mode.
+    #[arg(long, default_value_t = 9443)]
+    pub port: u16,
+    /// Container image of the Deployment.
+    #[arg(long, default_value = crate::install::DEFAULT_IMAGE)]
+    pub image: String,
+    /// Feature gates: decide which webhook entries exist and are passed to the Deployment.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+    /// Print only the two webhook configurations.
+    #[arg(long)]
+    pub webhook_configurations_only: bool,
+    /// PEM file whose content becomes every entry's caBundle (default: empty, the operator fills it).
+    #[arg(long)]
+    pub ca_bundle_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

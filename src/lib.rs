@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cmd;
 pub mod duration;
 pub mod features;
+pub mod install;
 pub mod metrics;
 pub mod server;
 pub mod telemetry;

@@ -40,6 +40,13 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(format!("cannot render CRDs: {e}")),
         },
+        Command::Manifests(args) => match cmd::manifests::render(&args) {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("{e:#}")),
+        },
     }
 }
 

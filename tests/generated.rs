@@ -19,3 +19,19 @@ fn crds_are_current() {
         &koord_webhook::cmd::crds::render().unwrap(),
     );
 }
+
+#[test]
+fn install_manifests_are_current() {
+    let args = koord_webhook::cli::ManifestArgs {
+        webhook_host: None,
+        port: 9443,
+        image: koord_webhook::install::DEFAULT_IMAGE.to_owned(),
+        feature_gates: String::new(),
+        webhook_configurations_only: false,
+        ca_bundle_file: None,
+    };
+    assert_current(
+        "manifests/install.yaml",
+        &koord_webhook::cmd::manifests::render(&args).unwrap(),
+    );
+}

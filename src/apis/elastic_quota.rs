@@ -18,6 +18,11 @@ pub type ResourceList = BTreeMap<String, Quantity>;
     plural = "elasticquotas",
     shortname = "eq",
     namespaced,
+    // scheduling.sigs.k8s.io is a protected group; this is the approval the upstream CRD carries.
+    annotation(
+        "api-approved.kubernetes.io",
+        "https://github.com/kubernetes-sigs/scheduler-plugins/pull/52"
+    ),
     status = "ElasticQuotaStatus",
     derive = "PartialEq",
     derive = "Default"

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod control_plane;
 pub mod tls_client;
 
 use std::net::{SocketAddr, TcpListener};

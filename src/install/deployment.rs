@@ -1,0 +1,194 @@
+//! Deployment, Service and PodDisruptionBudget.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+
+use super::{APP_NAME, InstallOptions, NAMESPACE, SERVICE_NAME, app_labels};
+
+const PORT: i32 = 9443;
+
+fn selector_labels() -> BTreeMap<String, String> {
+    [("app.kubernetes.io/name".to_owned(), APP_NAME.to_owned())].into()
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(NAMESPACE.to_owned()),
+        labels: Some(app_labels()),
+        ..Default::default()
+    }
+}
+
+fn probe(path: &str, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("https".to_owned()),
+            scheme: Some("HTTPS".to_owned()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Default::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }),
+        value: None,
+    }
+}
+
+fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
+    [
+        ("cpu".to_owned(), Quantity(cpu.to_owned())),
+        ("memory".to_owned(), Quantity(memory.to_owned())),
+    ]
+    .into()
+}
+
+pub fn deployment(options: &InstallOptions) -> Deployment {
+    let mut args = vec!["serve".to_owned(), format!("--port={PORT}")];
+    let overrides = options.gates.overrides();
+    if !overrides.is_empty() {
+        args.push(format!("--feature-gates={overrides}"));
+    }
+    let container = Container {
+        name: APP_NAME.to_owned(),
+        image: Some(options.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        args: Some(args),
+        ports: Some(vec![ContainerPort {
+            name: Some("https".to_owned()),
+            container_port: PORT,
+            protocol: Some("TCP".to_owned()),
+            ..Default::default()
+        }]),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            EnvVar {
+                name: "RUST_LOG".to_owned(),
+                value: Some("info".to_owned()),
+                value_from: None,
+            },
+        ]),
+        liveness_probe: Some(probe("/healthz", 10)),
+        readiness_probe: Some(probe("/readyz", 5)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities("100m", "64Mi")),
+            limits: Some(quantities("1", "256Mi")),
+            claims: None,
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Deployment {
+        metadata: meta(APP_NAME),
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels()),
+                match_expressions: None,
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_owned()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(app_labels()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(APP_NAME.to_owned()),
+                    containers: vec![container],
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(65532),
+                        run_as_group: Some(65532),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    // Longer than the drain delay plus in-flight requests.
+                    termination_grace_period_seconds: Some(30),
+                    priority_class_name: Some("system-cluster-critical".to_owned()),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn service() -> Service {
+    Service {
+        metadata: meta(SERVICE_NAME),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels()),
+            ports: Some(vec![ServicePort {
+                name: Some("https".to_owned()),
+                port: 443,
+                target_port: Some(IntOrString::String("https".to_owned())),
+                protocol: Some("TCP".to_owned()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn pod_disruption_budget() -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(APP_NAME),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels()),
+                match_expressions: None,
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}

@@ -1,0 +1,159 @@
+//! Least-privilege RBAC (spec/operator.md section 7).
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use kube::api::ObjectMeta;
+
+use super::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
+use super::{APP_NAME, NAMESPACE, app_labels};
+
+pub const SECRET_TLS: &str = "webhook-tls";
+pub const SECRET_CA: &str = "webhook-ca";
+pub const LEASE_NAME: &str = "koord-webhook";
+
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(app_labels()),
+        ..Default::default()
+    }
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(strings(groups)),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        resource_names: (!names.is_empty()).then(|| strings(names)),
+        non_resource_urls: None,
+    }
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+
+pub fn service_account() -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(APP_NAME, Some(NAMESPACE)),
+        ..Default::default()
+    }
+}
+
+pub fn cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: meta(APP_NAME, None),
+        rules: Some(vec![
+            // The cache: cluster-wide reads of the kinds admission consults.
+            rule(&["scheduling.sigs.k8s.io"], &["elasticquotas"], READ, &[]),
+            // Quota evaluation writes the child-request annotation.
+            rule(
+                &["scheduling.sigs.k8s.io"],
+                &["elasticquotas"],
+                &["patch", "update"],
+                &[],
+            ),
+            rule(
+                &["quota.koordinator.sh"],
+                &["elasticquotaprofiles"],
+                READ,
+                &[],
+            ),
+            rule(&["scheduling.koordinator.sh"], &["reservations"], READ, &[]),
+            rule(
+                &["config.koordinator.sh"],
+                &["clustercolocationprofiles"],
+                READ,
+                &[],
+            ),
+            rule(&[""], &["namespaces", "nodes", "pods"], READ, &[]),
+            rule(&["scheduling.k8s.io"], &["priorityclasses"], READ, &[]),
+            // Its own webhook configurations: create when missing, keep only those two up to date.
+            rule(
+                &["admissionregistration.k8s.io"],
+                &[
+                    "mutatingwebhookconfigurations",
+                    "validatingwebhookconfigurations",
+                ],
+                &["get", "list", "watch", "create"],
+                &[],
+            ),
+            rule(
+                &["admissionregistration.k8s.io"],
+                &[
+                    "mutatingwebhookconfigurations",
+                    "validatingwebhookconfigurations",
+                ],
+                &["update", "patch"],
+                &[MUTATING_NAME, VALIDATING_NAME],
+            ),
+        ]),
+        aggregation_rule: None,
+    }
+}
+
+fn subject() -> Vec<Subject> {
+    vec![Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: APP_NAME.to_owned(),
+        namespace: Some(NAMESPACE.to_owned()),
+        api_group: None,
+    }]
+}
+
+pub fn cluster_role_binding() -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(APP_NAME, None),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: APP_NAME.to_owned(),
+        },
+        subjects: Some(subject()),
+    }
+}
+
+pub fn role() -> Role {
+    Role {
+        metadata: meta(APP_NAME, Some(NAMESPACE)),
+        rules: Some(vec![
+            // Create cannot be limited by name; everything else on Secrets is.
+            rule(&[""], &["secrets"], &["create"], &[]),
+            rule(
+                &[""],
+                &["secrets"],
+                &["get", "list", "watch", "update", "patch"],
+                &[SECRET_TLS, SECRET_CA],
+            ),
+            // The SLO and enhanced-validator ConfigMaps live here.
+            rule(&[""], &["configmaps"], READ, &[]),
+            rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
+            rule(
+                &["coordination.k8s.io"],
+                &["leases"],
+                &["get", "update", "patch"],
+                &[LEASE_NAME],
+            ),
+            rule(
+                &["", "events.k8s.io"],
+                &["events"],
+                &["create", "patch"],
+                &[],
+            ),
+        ]),
+    }
+}
+
+pub fn role_binding() -> RoleBinding {
+    RoleBinding {
+        metadata: meta(APP_NAME, Some(NAMESPACE)),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "Role".to_owned(),
+            name: APP_NAME.to_owned(),
+        },
+        subjects: Some(subject()),
+    }
+}

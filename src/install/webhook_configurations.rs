@@ -1,0 +1,258 @@
+//! The two webhook configurations, computed from the webhook table and the enabled gates
+//! (spec/admission.md 0.4). The install manifests and the operator both use this.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::api::ObjectMeta;
+
+use super::{NAMESPACE, SERVICE_NAME, app_labels};
+use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookKind, WebhookSpec};
+use crate::features::FeatureGates;
+
+pub const MUTATING_NAME: &str = "koordinator-mutating-webhook-configuration";
+pub const VALIDATING_NAME: &str = "koordinator-validating-webhook-configuration";
+pub const DEFAULT_TIMEOUT_SECONDS: i32 = 10;
+
+/// How the API server reaches the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientConfigMode {
+    /// Through the in-cluster Service.
+    Service,
+    /// `https://<host>:<port><path>`: out-of-cluster and local development.
+    Url { host: String, port: u16 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookTarget {
+    pub mode: ClientConfigMode,
+    pub timeout_seconds: i32,
+}
+
+impl Default for WebhookTarget {
+    fn default() -> Self {
+        Self {
+            mode: ClientConfigMode::Service,
+            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+impl WebhookTarget {
+    /// `--webhook-host` given: URL mode; otherwise the Service.
+    pub fn from_flags(webhook_host: Option<&str>, port: u16) -> Self {
+        Self {
+            mode: match webhook_host {
+                Some(host) => ClientConfigMode::Url {
+                    host: host.to_owned(),
+                    port,
+                },
+                None => ClientConfigMode::Service,
+            },
+            ..Self::default()
+        }
+    }
+
+    fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
+        let ca_bundle = ca_bundle.map(|ca| ByteString(ca.to_vec()));
+        match &self.mode {
+            ClientConfigMode::Service => WebhookClientConfig {
+                ca_bundle,
+                service: Some(ServiceReference {
+                    name: SERVICE_NAME.to_owned(),
+                    namespace: NAMESPACE.to_owned(),
+                    path: Some(path.to_owned()),
+                    port: Some(443),
+                }),
+                url: None,
+            },
+            ClientConfigMode::Url { host, port } => {
+                // An IPv6 literal needs brackets in a URL.
+                let host = if host.contains(':') && !host.starts_with('[') {
+                    format!("[{host}]")
+                } else {
+                    host.clone()
+                };
+                WebhookClientConfig {
+                    ca_bundle,
+                    service: None,
+                    url: Some(format!("https://{host}:{port}{path}")),
+                }
+            }
+        }
+    }
+}
+
+fn rules(entry: &EntrySpec) -> Vec<RuleWithOperations> {
+    vec![RuleWithOperations {
+        api_groups: Some(vec![entry.api_group.to_owned()]),
+        api_versions: Some(vec![entry.api_version.to_owned()]),
+        operations: Some(entry.operations.iter().map(|o| (*o).to_owned()).collect()),
+        resources: Some(vec![entry.resource.to_owned()]),
+        scope: None,
+    }]
+}
+
+fn namespace_selector(entry: &EntrySpec) -> Option<LabelSelector> {
+    // The immutable name label, so nobody can opt a namespace out by relabelling it.
+    entry.exclude_system_namespaces.then(|| LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".to_owned(),
+            operator: "NotIn".to_owned(),
+            values: Some(vec![NAMESPACE.to_owned(), "kube-system".to_owned()]),
+        }]),
+        match_labels: None,
+    })
+}
+
+fn object_selector(entry: &EntrySpec) -> Option<LabelSelector> {
+    entry.object_selector.map(|(key, value)| LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: key.to_owned(),
+            operator: "In".to_owned(),
+            values: Some(vec![value.to_owned()]),
+        }]),
+        match_labels: None,
+    })
+}
+
+fn enabled(
+    gates: &FeatureGates,
+    kind: WebhookKind,
+) -> impl Iterator<Item = (&'static WebhookSpec, &'static EntrySpec)> {
+    WEBHOOKS
+        .iter()
+        .filter(move |w| w.kind == kind && gates.enabled(w.gate))
+        .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
+}
+
+fn metadata(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some(app_labels()),
+        ..Default::default()
+    }
+}
+
+/// The MutatingWebhookConfiguration for these gates; `ca_bundle` None leaves it empty.
+pub fn mutating(
+    gates: &FeatureGates,
+    target: &WebhookTarget,
+    ca_bundle: Option<&[u8]>,
+) -> MutatingWebhookConfiguration {
+    let webhooks = enabled(gates, WebhookKind::Mutating)
+        .map(|(w, e)| MutatingWebhook {
+            name: e.name.to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: target.client_config(w.path, ca_bundle),
+            failure_policy: Some(w.failure_policy.as_str().to_owned()),
+            namespace_selector: namespace_selector(e),
+            object_selector: object_selector(e),
+            rules: Some(rules(e)),
+            side_effects: e.side_effects.to_owned(),
+            timeout_seconds: Some(target.timeout_seconds),
+            reinvocation_policy: Some("Never".to_owned()),
+            match_policy: Some("Equivalent".to_owned()),
+            match_conditions: None,
+        })
+        .collect();
+    MutatingWebhookConfiguration {
+        metadata: metadata(MUTATING_NAME),
+        webhooks: Some(webhooks),
+    }
+}
+
+/// The ValidatingWebhookConfiguration for these gates; `ca_bundle` None leaves it empty.
+pub fn validating(
+    gates: &FeatureGates,
+    target: &WebhookTarget,
+    ca_bundle: Option<&[u8]>,
+) -> ValidatingWebhookConfiguration {
+    let webhooks = enabled(gates, WebhookKind::Validating)
+        .map(|(w, e)| ValidatingWebhook {
+            name: e.name.to_owned(),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: target.client_config(w.path, ca_bundle),
+            failure_policy: Some(w.failure_policy.as_str().to_owned()),
+            namespace_selector: namespace_selector(e),
+            object_selector: object_selector(e),
+            rules: Some(rules(e)),
+            side_effects: e.side_effects.to_owned(),
+            timeout_seconds: Some(target.timeout_seconds),
+            match_policy: Some("Equivalent".to_owned()),
+            match_conditions: None,
+        })
+        .collect();
+    ValidatingWebhookConfiguration {
+        metadata: metadata(VALIDATING_NAME),
+        webhooks: Some(webhooks),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::FeatureGates;
+
+    #[test]
+    fn entries_follow_the_table_and_the_gates() {
+        let gates = FeatureGates::default();
+        let m = mutating(&gates, &WebhookTarget::default(), None);
+        let names: Vec<_> = m.webhooks.unwrap().iter().map(|w| w.name.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                "mpod-create.koordinator.sh",
+                "mpod-update.koordinator.sh",
+                "melasticquota.koordinator.sh",
+                "mnode-status.koordinator.sh",
+                "mreservation-create.koordinator.sh"
+            ]
+        );
+        let off: FeatureGates = "PodMutatingWebhook=false".parse().unwrap();
+        let m = mutating(&off, &WebhookTarget::default(), None);
+        assert!(
+            m.webhooks
+                .unwrap()
+                .iter()
+                .all(|w| !w.name.starts_with("mpod"))
+        );
+
+        let v = validating(&gates, &WebhookTarget::default(), None);
+        let vpod = v
+            .webhooks
+            .unwrap()
+            .into_iter()
+            .find(|w| w.name == "vpod.koordinator.sh")
+            .unwrap();
+        assert_eq!(vpod.side_effects, "NoneOnDryRun");
+        assert_eq!(vpod.failure_policy.as_deref(), Some("Fail"));
+        let excluded = &vpod.namespace_selector.unwrap().match_expressions.unwrap()[0];
+        assert_eq!(excluded.key, "kubernetes.io/metadata.name");
+        assert_eq!(
+            excluded.values.as_deref().unwrap(),
+            ["koordinator-system", "kube-system"]
+        );
+    }
+
+    #[test]
+    fn url_mode_and_ca_bundle() {
+        let target = WebhookTarget::from_flags(Some("::1"), 9443);
+        let v = validating(&FeatureGates::default(), &target, Some(b"PEM"));
+        let node = v
+            .webhooks
+            .unwrap()
+            .into_iter()
+            .find(|w| w.name == "vnode.koordinator.sh")
+            .unwrap();
+        assert_eq!(
+            node.client_config.url.as_deref(),
+            Some("https://[::1]:9443/validate-node")
+        );
+        assert_eq!(node.client_config.ca_bundle.unwrap().0, b"PEM");
+        assert_eq!(node.failure_policy.as_deref(), Some("Ignore"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Against a real kube-apiserver and etcd: the CRDs, the install manifests, and the API server
+//! calling koord-webhook over TLS.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use koord_webhook::apis::keys::{QUOTA_PARENT, QUOTA_TREE_ID};
+use koord_webhook::apis::{ElasticQuota, ElasticQuotaSpec, Reservation};
+use koord_webhook::cache::load::load_state;
+use koord_webhook::features::FeatureGates;
+use koord_webhook::install::{WebhookTarget, render_webhook_configurations};
+use kube::api::{Api, ObjectMeta, PostParams};
+use serde_json::json;
+use support::control_plane::ControlPlane;
+use support::{TestServer, fixture};
+
+fn root(relative: &str) -> String {
+    format!("{}/{relative}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn install_crds(cp: &ControlPlane) {
+    cp.kubectl_ok(&["apply", "--server-side", "-f", &root("crds")], None);
+    cp.kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ],
+        None,
+    );
+}
+
+#[tokio::test]
+async fn crds_serve_objects_and_the_install_manifests_pass_a_dry_run() {
+    let cp = ControlPlane::start();
+    install_crds(&cp);
+    let client = cp.client().await;
+    cp.kubectl_ok(&["create", "namespace", "team-a"], None);
+
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "team-a");
+    let mut quota = ElasticQuota::new(
+        "q1",
+        ElasticQuotaSpec {
+            min: Some(
+                [(
+                    "cpu".to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+                )]
+                .into(),
+            ),
+            max: Some(
+                [(
+                    "cpu".to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+                )]
+                .into(),
+            ),
+        },
+    );
+    quota.metadata.namespace = Some("team-a".into());
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    let read = quotas.get("q1").await.unwrap();
+    assert_eq!(read.spec, quota.spec, "read back as written");
+
+    // The schema rejects what Koordinator's CRD rejects, and applies its defaults.
+    let reservations: Api<Reservation> = Api::all(client.clone());
+    let invalid: Reservation = serde_json::from_value(json!({
+        "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "no-owners"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}, "owners": []}
+    }))
+    .unwrap();
+    let err = reservations
+        .create(&PostParams::default(), &invalid)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("spec.owners"), "{err}");
+    let valid = cp.kubectl_ok(
+        &["create", "-o", "json", "-f", "-"],
+        Some(r#"{"apiVersion":"scheduling.koordinator.sh/v1alpha1","kind":"Reservation","metadata":{"name":"r1"},
+                 "spec":{"template":{"spec":{"containers":[{"name":"c","image":"i"}]}},"owners":[{"object":{"name":"p"}}]}}"#),
+    );
+    let valid: serde_json::Value = serde_json::from_str(&valid).unwrap();
+    assert_eq!(valid["spec"]["ttl"], "24h");
+    assert_eq!(valid["spec"]["allocateOnce"], true);
+    assert_eq!(
+        valid["spec"]["template"]["spec"]["containers"][0]["image"], "i",
+        "template kept as given"
+    );
+
+    // Namespaced objects need their namespace to exist for a dry run.
+    cp.kubectl_ok(&["create", "namespace", "koordinator-system"], None);
+    let out = cp.kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            &root("manifests/install.yaml"),
+        ],
+        None,
+    );
+    for object in [
+        "deployment.apps/koord-webhook",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/koordinator-mutating-webhook-configuration",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/koordinator-validating-webhook-configuration",
+        "role.rbac.authorization.k8s.io/koord-webhook",
+        "poddisruptionbudget.policy/koord-webhook",
+    ] {
+        assert!(out.contains(object), "{object} missing from: {out}");
+    }
+}
+
+#[tokio::test]
+async fn the_api_server_calls_the_webhook_over_tls() {
+    let cp = ControlPlane::start();
+    install_crds(&cp);
+    let client = cp.client().await;
+    cp.kubectl_ok(&["create", "namespace", "team-a"], None);
+
+    let cache = load_state(&fixture("state/quota-tree.yaml"))
+        .unwrap()
+        .reader();
+    let server = TestServer::start(cache, FeatureGates::default()).await;
+    let cert = server.shared.resolver.current().unwrap().cert_pem.clone();
+    let target = WebhookTarget::from_flags(Some("127.0.0.1"), server.addr.port());
+    let configs =
+        render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();
+    cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&configs));
+
+    // Denied by /validate-pod, with the message users search for.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "reserved", "annotations": {"scheduling.koordinator.sh/reserve-pod": "true"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let err = pods.create(&PostParams::default(), &pod).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("vpod.koordinator.sh"), "{message}");
+    assert!(message.contains("annotations.scheduling.koordinator.sh/reserve-pod: Forbidden: cannot set in annotations"), "{message}");
+
+    // A pod without it is admitted (and a server-side dry run goes through the webhooks too).
+    let mut plain = pod.clone();
+    plain.metadata.annotations = None;
+    plain.metadata.name = Some("plain".into());
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry_run, &plain).await.unwrap();
+    assert!(
+        pods.get_opt("plain").await.unwrap().is_none(),
+        "dry run persisted nothing"
+    );
+    pods.create(&PostParams::default(), &plain).await.unwrap();
+
+    // Mutated by /mutate-...-elasticquota: the tree id comes from the parent in the cache.
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "team-a");
+    let child = ElasticQuota {
+        metadata: ObjectMeta {
+            name: Some("child-a2".into()),
+            namespace: Some("team-a".into()),
+            labels: Some(BTreeMap::from([(
+                QUOTA_PARENT.to_owned(),
+                "parent-a".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        spec: ElasticQuotaSpec::default(),
+        status: None,
+    };
+    let created = quotas.create(&PostParams::default(), &child).await.unwrap();
+    assert_eq!(
+        created
+            .metadata
+            .labels
+            .unwrap()
+            .get(QUOTA_TREE_ID)
+            .map(String::as_str),
+        Some("tree-1")
+    );
+
+    let requests = server.shared.admission.metrics().encode();
+    assert!(
+        requests.contains(r#"koord_webhook_admission_requests_total{webhook="/validate-pod"}"#),
+        "{requests}"
+    );
+    server.stop().await;
+}

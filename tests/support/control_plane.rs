@@ -1,0 +1,94 @@
+//! A real kube-apiserver and etcd for one test, started through `scripts/control-plane`.
+//!
+//! Each instance has its own directory and ports, so test binaries run theirs side by side. Drop
+//! stops it (also when the test panics); if the test process is killed instead, the script's
+//! watchdog stops it when this process is gone.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub struct ControlPlane {
+    dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane")
+}
+
+impl ControlPlane {
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("koord-cp-")
+            .tempdir()
+            .expect("temporary directory");
+        let out = Command::new(script())
+            .arg("up")
+            .arg(dir.path())
+            .env("KOORD_CP_OWNER_PID", std::process::id().to_string())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("scripts/control-plane runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "control plane did not start: {stdout}"
+        );
+        let kubeconfig = stdout
+            .lines()
+            .last()
+            .and_then(|l| l.strip_prefix("KUBECONFIG="))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("no KUBECONFIG line in: {stdout}"));
+        Self { dir, kubeconfig }
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        koord_webhook::tls::install_default_provider();
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Runs kubectl against this control plane, with `stdin` piped in when given.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl is installed");
+        let mut input = child.stdin.take().unwrap();
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    /// kubectl that must succeed; returns its stdout.
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl(args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("down")
+            .arg(self.dir.path())
+            .status();
+    }
+}
