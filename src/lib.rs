@@ -10,6 +10,7 @@ pub mod duration;
 pub mod features;
 pub mod install;
 pub mod metrics;
+pub mod resources;
 pub mod server;
 pub mod telemetry;
 pub mod tls;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use koord_webhook::apis::keys::{QUOTA_PARENT, QUOTA_TREE_ID};
 use koord_webhook::apis::{ElasticQuota, ElasticQuotaSpec, Reservation};
+
 use koord_webhook::cache::load::load_state;
 use koord_webhook::features::FeatureGates;
 use koord_webhook::install::{WebhookTarget, render_webhook_configurations};
@@ -172,9 +173,26 @@ async fn the_api_server_calls_the_webhook_over_tls() {
             )])),
             ..Default::default()
         },
-        spec: ElasticQuotaSpec::default(),
+        spec: serde_json::from_value(
+            json!({"min": {"cpu": "7"}, "max": {"cpu": "8", "memory": "8Gi"}}),
+        )
+        .unwrap(),
         status: None,
     };
+    // Validated by /validate-...-elasticquota: 7 + child-a1's 2 CPUs exceed parent-a's min of 8.
+    let err = quotas
+        .create(&PostParams::default(), &child)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: parent-a"),
+        "{err}"
+    );
+    let mut child = child;
+    child.spec =
+        serde_json::from_value(json!({"min": {"cpu": "6"}, "max": {"cpu": "8", "memory": "8Gi"}}))
+            .unwrap();
     let created = quotas.create(&PostParams::default(), &child).await.unwrap();
     assert_eq!(
         created

@@ -5,6 +5,7 @@
 //! filled from files ([`load`]); in cluster mode the operator's watches feed the same writers.
 
 pub mod load;
+pub mod quota_topology;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -12,7 +13,14 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::watcher;
 
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
+pub use quota_topology::{QuotaInfo, QuotaTopology};
+
+/// The quota tree, shared by the cache (which feeds it) and the quota webhooks (which check against
+/// it and update it after an accepted admission). Never held across an await.
+pub type SharedTopology = Arc<RwLock<QuotaTopology>>;
 
 /// Read side: cheap to clone, shared by every request.
 #[derive(Clone)]
@@ -28,6 +36,7 @@ pub struct Cache {
     pub nodes: Store<PartialObjectMeta<Node>>,
     /// Name, namespace and labels only: what the quota checks read.
     pub pods: Store<PartialObjectMeta<Pod>>,
+    pub quota_topology: SharedTopology,
 }
 
 /// Write side, owned by whoever fills the cache.
@@ -42,6 +51,7 @@ pub struct CacheWriter {
     pub priority_classes: Writer<PriorityClass>,
     pub nodes: Writer<PartialObjectMeta<Node>>,
     pub pods: Writer<PartialObjectMeta<Pod>>,
+    pub quota_topology: SharedTopology,
 }
 
 /// One object of a kind the cache holds.
@@ -72,6 +82,7 @@ impl CacheWriter {
             priority_classes: self.priority_classes.as_reader(),
             nodes: self.nodes.as_reader(),
             pods: self.pods.as_reader(),
+            quota_topology: self.quota_topology.clone(),
         }
     }
 
@@ -85,7 +96,10 @@ impl CacheWriter {
             w.apply_watcher_event(&watcher::Event::Apply(obj));
         }
         match object {
-            CachedObject::ElasticQuota(o) => put(&mut self.elastic_quotas, o),
+            CachedObject::ElasticQuota(o) => {
+                write_topology(&self.quota_topology).upsert(QuotaInfo::from_quota(&o));
+                put(&mut self.elastic_quotas, o)
+            }
             CachedObject::ElasticQuotaProfile(o) => put(&mut self.elastic_quota_profiles, o),
             CachedObject::Reservation(o) => put(&mut self.reservations, o),
             CachedObject::ColocationProfile(o) => put(&mut self.colocation_profiles, o),
@@ -98,7 +112,50 @@ impl CacheWriter {
     }
 }
 
+/// A panic elsewhere must not take the quota webhooks down with a poisoned lock.
+fn write_topology(topology: &SharedTopology) -> RwLockWriteGuard<'_, QuotaTopology> {
+    topology.write().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Cache {
+    pub fn topology(&self) -> RwLockReadGuard<'_, QuotaTopology> {
+        self.quota_topology
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// For check-then-update under one lock (ElasticQuota admission).
+    pub fn topology_mut(&self) -> RwLockWriteGuard<'_, QuotaTopology> {
+        write_topology(&self.quota_topology)
+    }
+
+    /// Names of pods (any namespace) bound to `quota` by label, sorted.
+    pub fn pods_labelled_for_quota(&self, quota: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pods
+            .state()
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(crate::apis::keys::QUOTA_NAME))
+                    .map(String::as_str)
+                    == Some(quota)
+            })
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Whether any pod lives in one of these namespaces.
+    pub fn any_pod_in_namespaces(&self, namespaces: &[&str]) -> bool {
+        self.pods
+            .find(|p| namespaces.contains(&p.metadata.namespace.as_deref().unwrap_or_default()))
+            .is_some()
+    }
+
     /// An empty cache, for tests and for endpoints that read nothing.
     pub fn empty() -> Self {
         CacheWriter::default().reader()

@@ -21,5 +21,5 @@ pub async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
 }
 
 pub async fn debug_elastic_quota(shared: web::Data<Shared>) -> HttpResponse {
-    HttpResponse::Ok().json(quota_tree(shared.admission.cache()))
+    HttpResponse::Ok().json(quota_tree(&shared.admission.cache().topology()))
 }

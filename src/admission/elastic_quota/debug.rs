@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::apis::elastic_quota::ResourceList;
-use crate::apis::keys::{QUOTA_ALLOW_LENT_RESOURCE, QUOTA_IS_PARENT, QUOTA_PARENT, ROOT_QUOTA};
-use crate::cache::Cache;
+use crate::cache::QuotaTopology;
 
 #[derive(Serialize, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct QuotaInfo {
+pub struct QuotaInfoView {
     pub name: String,
     pub parent_name: String,
     pub is_parent: bool,
@@ -22,54 +21,30 @@ pub struct QuotaInfo {
 #[derive(Serialize, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct QuotaTreeView {
-    pub quota_info_map: BTreeMap<String, QuotaInfo>,
+    pub quota_info_map: BTreeMap<String, QuotaInfoView>,
     pub quota_hierarchy_info: BTreeMap<String, Vec<String>>,
 }
 
-/// Builds the view from the cached quotas: every quota has a (possibly empty) child list, children
-/// sorted by name.
-pub fn quota_tree(cache: &Cache) -> QuotaTreeView {
-    let mut info = BTreeMap::new();
-    let mut hierarchy: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for quota in cache.elastic_quotas.state() {
-        let Some(name) = quota.metadata.name.clone() else {
-            continue;
-        };
-        let label = |k: &str| {
-            quota
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(k))
-                .cloned()
-        };
-        let parent = label(QUOTA_PARENT)
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| ROOT_QUOTA.to_owned());
-        hierarchy.entry(name.clone()).or_default();
-        if parent != name {
-            hierarchy
-                .entry(parent.clone())
-                .or_default()
-                .push(name.clone());
-        }
-        info.insert(
-            name.clone(),
-            QuotaInfo {
-                name,
-                parent_name: parent,
-                is_parent: label(QUOTA_IS_PARENT).as_deref() == Some("true"),
-                allow_lent_resource: label(QUOTA_ALLOW_LENT_RESOURCE).as_deref() != Some("false"),
-                max: quota.spec.max.clone().unwrap_or_default(),
-                min: quota.spec.min.clone().unwrap_or_default(),
-            },
-        );
-    }
-    for children in hierarchy.values_mut() {
-        children.sort();
-    }
+pub fn quota_tree(topology: &QuotaTopology) -> QuotaTreeView {
     QuotaTreeView {
-        quota_info_map: info,
-        quota_hierarchy_info: hierarchy,
+        quota_info_map: topology
+            .infos()
+            .map(|info| {
+                let view = QuotaInfoView {
+                    name: info.name.clone(),
+                    parent_name: info.parent.clone(),
+                    is_parent: info.is_parent,
+                    allow_lent_resource: info.allow_lent_resource,
+                    max: info.max.to_quantities(),
+                    min: info.min.to_quantities(),
+                };
+                (info.name.clone(), view)
+            })
+            .collect(),
+        quota_hierarchy_info: topology
+            .hierarchy()
+            .iter()
+            .map(|(parent, children)| (parent.clone(), children.iter().cloned().collect()))
+            .collect(),
     }
 }

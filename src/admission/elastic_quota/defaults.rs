@@ -6,9 +6,9 @@ use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Mutator, Step};
 use crate::admission::outcome::{PluginResult, Rejection};
+use crate::apis::ElasticQuota;
 use crate::apis::elastic_quota::ResourceList;
 use crate::apis::keys::{QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA};
-use crate::apis::{ElasticQuota, keys};
 
 pub const SHARED_WEIGHT: &str = "quota.scheduling.koordinator.sh/shared-weight";
 
@@ -45,20 +45,12 @@ fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {
     };
     let has_tree_id = labels.get(QUOTA_TREE_ID).is_some_and(|t| !t.is_empty());
     if !has_tree_id && parent != ROOT_QUOTA {
-        let parent_quota = ctx
-            .cache
-            .elastic_quotas
-            .find(|q| q.metadata.name.as_deref() == Some(parent.as_str()))
-            .ok_or_else(|| {
-                Rejection::invalid(format!("fill quota {name} failed, parent not exist"))
-            })?;
-        let tree_id = parent_quota
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(keys::QUOTA_TREE_ID));
-        if let Some(tree_id) = tree_id.filter(|t| !t.is_empty()) {
-            labels.insert(QUOTA_TREE_ID.to_owned(), tree_id.clone());
+        let topology = ctx.cache.topology();
+        let parent_quota = topology.get(&parent).ok_or_else(|| {
+            Rejection::invalid(format!("fill quota {name} failed, parent not exist"))
+        })?;
+        if !parent_quota.tree_id.is_empty() {
+            labels.insert(QUOTA_TREE_ID.to_owned(), parent_quota.tree_id.clone());
         }
     }
 

@@ -3,6 +3,9 @@
 
 pub mod debug;
 mod defaults;
+mod self_checks;
+pub mod tree_checks;
+mod validate;
 
 use super::chain::{Mutator, Validator};
 use crate::apis::ElasticQuota;
@@ -12,5 +15,5 @@ pub fn mutators() -> Vec<Box<dyn Mutator<ElasticQuota>>> {
 }
 
 pub fn validators() -> Vec<Box<dyn Validator<ElasticQuota>>> {
-    vec![]
+    vec![Box::new(validate::QuotaTreeRules)]
 }

@@ -1,0 +1,366 @@
+//! Spec 7.3: the rules a quota must satisfy within the tree, for CREATE, UPDATE and DELETE.
+//!
+//! Pure functions of the topology, the quota and a view of the bound pods; the plugin in
+//! `validate.rs` runs them under the topology's write lock and applies the accepted change.
+
+use crate::apis::ElasticQuota;
+use crate::apis::keys::{
+    DEFAULT_QUOTA, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA,
+    SYSTEM_QUOTA,
+};
+use crate::cache::quota_topology::{QuotaInfo, QuotaTopology};
+use crate::features::{FeatureGates, Gate};
+use crate::resources::Resources;
+
+use super::self_checks;
+
+/// The pods the tree rules ask about.
+pub trait BoundPods {
+    /// Pods (any namespace) labelled with this quota name, sorted by name.
+    fn labelled(&self, quota: &str) -> Vec<String>;
+    fn any_in_namespaces(&self, namespaces: &[&str]) -> bool;
+}
+
+impl BoundPods for crate::cache::Cache {
+    fn labelled(&self, quota: &str) -> Vec<String> {
+        self.pods_labelled_for_quota(quota)
+    }
+    fn any_in_namespaces(&self, namespaces: &[&str]) -> bool {
+        self.any_pod_in_namespaces(namespaces)
+    }
+}
+
+/// A namespace of the quota's annotation that another quota already binds: (namespace, owner).
+fn bound_elsewhere<'a>(
+    topology: &'a QuotaTopology,
+    info: &'a QuotaInfo,
+) -> Option<(&'a str, &'a str)> {
+    info.namespaces.iter().find_map(|ns| {
+        let owner = topology.quota_for_namespace(ns)?;
+        (owner != info.name).then_some((ns.as_str(), owner))
+    })
+}
+
+pub fn check_create(
+    topology: &QuotaTopology,
+    quota: &ElasticQuota,
+    gates: &FeatureGates,
+    pods: &dyn BoundPods,
+) -> Result<QuotaInfo, String> {
+    let info = QuotaInfo::from_quota(quota);
+    if topology.contains(&info.name) {
+        return Err(format!("AddQuota quota already exist:{}", info.name));
+    }
+    if let Some((ns, other)) = bound_elsewhere(topology, &info) {
+        return Err(format!(
+            "AddQuota quota {}'s annotation namespace {ns} is already bound to quota {other}",
+            info.name
+        ));
+    }
+    self_checks::check(quota)?;
+    check_tree(topology, &info, None, gates, pods)?;
+    Ok(info)
+}
+
+/// The fields whose change can affect the tree.
+fn relevant_unchanged(old: &ElasticQuota, new: &ElasticQuota) -> bool {
+    let label =
+        |q: &ElasticQuota, k: &str| q.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+    let annotation = |q: &ElasticQuota, k: &str| {
+        q.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+    };
+    [QUOTA_PARENT, QUOTA_IS_PARENT, QUOTA_TREE_ID]
+        .iter()
+        .all(|k| label(old, k) == label(new, k))
+        && annotation(old, QUOTA_NAMESPACES) == annotation(new, QUOTA_NAMESPACES)
+        && old.spec == new.spec
+}
+
+/// `Ok(None)`: nothing relevant changed, the topology needs no update.
+pub fn check_update(
+    topology: &QuotaTopology,
+    old: &ElasticQuota,
+    new: &ElasticQuota,
+    gates: &FeatureGates,
+    pods: &dyn BoundPods,
+) -> Result<Option<QuotaInfo>, String> {
+    if relevant_unchanged(old, new) {
+        return Ok(None);
+    }
+    let info = QuotaInfo::from_quota(new);
+    let name = info.name.as_str();
+    if name == SYSTEM_QUOTA || name == ROOT_QUOTA {
+        return Err(format!("invalid quota {name}"));
+    }
+    if let Some((ns, other)) = bound_elsewhere(topology, &info) {
+        return Err(format!(
+            "UpdadteQuota, quota {name} update namespaces, but namespace {ns} is already bound to quota {other}"
+        ));
+    }
+    let stored = topology
+        .get(name)
+        .ok_or_else(|| format!("UpdateQuota quota not exist in quotaInfoMap:{name}"))?;
+    self_checks::check(new)?;
+    check_tree(topology, &info, Some(stored), gates, pods)?;
+    Ok(Some(info))
+}
+
+pub fn check_delete(
+    topology: &QuotaTopology,
+    name: &str,
+    pods: &dyn BoundPods,
+) -> Result<(), String> {
+    if [SYSTEM_QUOTA, ROOT_QUOTA, DEFAULT_QUOTA].contains(&name) {
+        return Err(format!("can not delete quotaGroup :{name}"));
+    }
+    if !topology.contains(name) {
+        return Err(format!("not found quota:{name}"));
+    }
+    let children = topology.children(name).ok_or_else(|| {
+        format!("BUG quotaMap and quotaTree information out of sync, losed :{name}")
+    })?;
+    if !children.is_empty() {
+        return Err(format!(
+            "delete quota failed, quota {name} has {} child quotas",
+            children.len()
+        ));
+    }
+    let bound = pods.labelled(name);
+    if !bound.is_empty() {
+        let mut shown = bound.iter().take(2).cloned().collect::<Vec<_>>().join(", ");
+        if bound.len() > 2 {
+            shown.push_str(", ...");
+        }
+        return Err(format!(
+            "delete quota failed, quota {name} has {} child pods: {shown}",
+            bound.len()
+        ));
+    }
+    Ok(())
+}
+
+const KEY_PREFIX: &str = "failed to check sub and parent group quotaKey, err: ";
+
+fn keys(r: &Resources) -> std::collections::BTreeSet<&str> {
+    r.keys().map(String::as_str).collect()
+}
+
+/// Resource-key rules between a child and its parent.
+fn check_keys(child: &QuotaInfo, parent: &QuotaInfo, gates: &FeatureGates) -> Result<(), String> {
+    let fail = |what: String| {
+        Err(format!(
+            "{KEY_PREFIX}checkSubAndParentGroupQuotaKey failed: {what}"
+        ))
+    };
+    let (child_max, parent_max) = (keys(&child.max), keys(&parent.max));
+    if gates.enabled(Gate::ElasticQuotaEnableUpdateResourceKey) {
+        if !child_max.is_subset(&parent_max) {
+            return fail(format!(
+                "{}'s max keys are not all included in {}'s",
+                child.name, parent.name
+            ));
+        }
+    } else if child_max != parent_max {
+        return fail(format!(
+            "{}'s max keys are not the same with {}'s",
+            parent.name, child.name
+        ));
+    }
+    if !keys(&child.min).is_subset(&keys(&parent.min)) {
+        return fail(format!(
+            "{}'s min keys are not all included in {}'s",
+            child.name, parent.name
+        ));
+    }
+    Ok(())
+}
+
+fn check_tree(
+    topology: &QuotaTopology,
+    info: &QuotaInfo,
+    stored: Option<&QuotaInfo>,
+    gates: &FeatureGates,
+    pods: &dyn BoundPods,
+) -> Result<(), String> {
+    let name = info.name.as_str();
+    if name == ROOT_QUOTA {
+        return Ok(());
+    }
+    let children = topology.children(name);
+    let child_count = children.map_or(0, |c| c.len());
+
+    // 1. is-parent may not flip under children or bound pods.
+    if let Some(old) = stored.filter(|old| old.is_parent != info.is_parent) {
+        if old.is_parent && child_count > 0 {
+            return Err(format!(
+                "quota has children, isParent is forbidden to modify as false, quotaName:{name}"
+            ));
+        }
+        if !old.is_parent {
+            let mut namespaces: Vec<&str> = old.namespaces.iter().map(String::as_str).collect();
+            namespaces.push(name);
+            if !pods.labelled(name).is_empty() || pods.any_in_namespaces(&namespaces) {
+                return Err(format!(
+                    "quota has bound pods, isParent is forbidden to modify as true, quotaName: {name}"
+                ));
+            }
+        }
+    }
+
+    // 2. One tree id across a tree.
+    if let Some(old) = stored.filter(|old| old.tree_id != info.tree_id) {
+        return Err(format!(
+            "{name} tree id changed [{}] vs [{}]",
+            old.tree_id, info.tree_id
+        ));
+    }
+    let parent = (info.parent != ROOT_QUOTA)
+        .then(|| topology.get(&info.parent))
+        .flatten();
+    if let Some(parent) = parent.filter(|p| p.tree_id != info.tree_id) {
+        return Err(format!(
+            "{name} tree id is different from parent {}, [{}] vs [{}]",
+            parent.name, info.tree_id, parent.tree_id
+        ));
+    }
+    for child in children
+        .into_iter()
+        .flatten()
+        .filter_map(|c| topology.get(c))
+    {
+        if child.tree_id != info.tree_id {
+            return Err(format!(
+                "{name} tree id is different from child {}, [{}] vs [{}]",
+                child.name, info.tree_id, child.tree_id
+            ));
+        }
+    }
+
+    // 3. A leaf directly under the root has nothing more to agree with.
+    if info.parent == ROOT_QUOTA && !info.is_parent {
+        return Ok(());
+    }
+
+    // 4. The parent must exist and be a parent.
+    let parent = if info.parent != ROOT_QUOTA {
+        let p = &info.parent;
+        let parent = topology.get(p).ok_or_else(|| {
+            format!("{name} has parentName {p} but not find parentInfo in quotaInfoMap")
+        })?;
+        if topology.children(p).is_none() {
+            return Err(format!(
+                "{name} has parentName {p} but not find parentInfo in quotaHierarchyInfo"
+            ));
+        }
+        if !parent.is_parent {
+            return Err(format!(
+                "{name} has parentName {p} but the parentQuotaInfo's IsParent is false"
+            ));
+        }
+        Some(parent)
+    } else {
+        None
+    };
+
+    // 5. Resource keys against the parent and every child.
+    if let Some(parent) = parent {
+        check_keys(info, parent, gates)?;
+    }
+    for child_name in children.into_iter().flatten() {
+        let child = topology.get(child_name).ok_or_else(|| {
+            format!("{KEY_PREFIX}internal error: quotaInfoMap and quotaTree information out of sync, losed :{child_name}")
+        })?;
+        check_keys(child, info, gates)?;
+    }
+
+    // 6. Children's min fits in the parent's min.
+    if !info.allow_force_update && !info.is_root {
+        if let Some(parent) = parent {
+            let mut sum = info.min.clone();
+            for sibling in topology
+                .children(&parent.name)
+                .into_iter()
+                .flatten()
+                .filter(|s| *s != name)
+            {
+                if let Some(sibling) = topology.get(sibling) {
+                    sum.add(&sibling.min);
+                }
+            }
+            if !sum.le_completely(&parent.min) {
+                return Err(format!(
+                    "checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: {}",
+                    parent.name
+                ));
+            }
+        }
+        let mut children_min = Resources::default();
+        for child in children
+            .into_iter()
+            .flatten()
+            .filter_map(|c| topology.get(c))
+        {
+            children_min.add(&child.min);
+        }
+        if !children_min.le_completely(&info.min) {
+            return Err(format!(
+                "checkMinQuotaSum all children's MinQuota > current MinQuota, current: {name}"
+            ));
+        }
+    }
+
+    // 7. Guaranteed capacity up the tree.
+    if gates.enabled(Gate::ElasticQuotaGuaranteeUsage)
+        && !info.allow_force_update
+        && !info.tree_id.is_empty()
+        && !info.is_root
+        && !info.min.le_completely(&info.guaranteed)
+    {
+        check_guarantee(topology, info)?;
+    }
+    Ok(())
+}
+
+/// Walks up from the quota: each ancestor must be able to guarantee what its children need.
+fn check_guarantee(topology: &QuotaTopology, info: &QuotaInfo) -> Result<(), String> {
+    let mut need = info.min.clone();
+    need.max_with(&info.guaranteed);
+    let mut child = info.name.clone();
+    let mut parent_name = info.parent.clone();
+    // The depth bound protects against a cycle introduced by bad data.
+    for _ in 0..=topology.len() {
+        let Some(parent) = topology.get(&parent_name) else {
+            break;
+        };
+        let mut total = need.clone();
+        for sibling in topology
+            .children(&parent.name)
+            .into_iter()
+            .flatten()
+            .filter(|s| **s != child)
+        {
+            if let Some(sibling) = topology.get(sibling) {
+                total.add(&sibling.guaranteed);
+            }
+        }
+        let mut new_parent = parent.min.clone();
+        new_parent.max_with(&total);
+        if new_parent.le_completely(&parent.guaranteed) {
+            return Ok(());
+        }
+        if parent.is_root || parent.parent.is_empty() || parent.parent == ROOT_QUOTA {
+            return Err(format!(
+                "tree root quota {} can't guarantee for min {}",
+                parent.name, info.name
+            ));
+        }
+        need = new_parent;
+        child = parent.name.clone();
+        parent_name = parent.parent.clone();
+    }
+    Ok(())
+}

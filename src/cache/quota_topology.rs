@@ -1,0 +1,265 @@
+//! The ElasticQuota tree as admission sees it (spec/admission.md 7.2).
+//!
+//! Names are global (Koordinator ignores the namespace). Every quota, every parent a quota names, and
+//! the root have a child set, so the structure built from a set of quotas is the same whatever order
+//! they arrive in. Fed by the cache (files or watch events) and updated optimistically after an
+//! accepted ElasticQuota admission.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::apis::ElasticQuota;
+use crate::apis::keys::{
+    QUOTA_ALLOW_LENT_RESOURCE, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID,
+    ROOT_QUOTA,
+};
+use crate::resources::Resources;
+
+pub const QUOTA_IS_ROOT: &str = "quota.scheduling.koordinator.sh/is-root";
+pub const QUOTA_ALLOW_FORCE_UPDATE: &str = "quota.scheduling.koordinator.sh/allow-force-update";
+pub const QUOTA_GUARANTEED: &str = "quota.scheduling.koordinator.sh/guaranteed";
+
+/// What the rules read of one quota.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaInfo {
+    pub name: String,
+    pub namespace: String,
+    pub parent: String,
+    pub is_parent: bool,
+    pub allow_lent_resource: bool,
+    pub tree_id: String,
+    pub is_root: bool,
+    pub allow_force_update: bool,
+    pub min: Resources,
+    pub max: Resources,
+    pub guaranteed: Resources,
+    /// Namespaces bound by the `namespaces` annotation.
+    pub namespaces: Vec<String>,
+}
+
+impl QuotaInfo {
+    /// Derives the info; quantities that do not parse count as absent (the validating rules report
+    /// them on the object itself).
+    pub fn from_quota(quota: &ElasticQuota) -> Self {
+        let name = quota.metadata.name.clone().unwrap_or_default();
+        let label = |k: &str| {
+            quota
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .map(String::as_str)
+        };
+        let annotation = |k: &str| {
+            quota
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(k))
+                .map(String::as_str)
+        };
+        let parent = match label(QUOTA_PARENT).filter(|p| !p.is_empty()) {
+            Some(p) => p.to_owned(),
+            None if name == ROOT_QUOTA => String::new(),
+            None => ROOT_QUOTA.to_owned(),
+        };
+        Self {
+            namespace: quota.metadata.namespace.clone().unwrap_or_default(),
+            parent,
+            is_parent: label(QUOTA_IS_PARENT) == Some("true"),
+            allow_lent_resource: label(QUOTA_ALLOW_LENT_RESOURCE) != Some("false"),
+            tree_id: label(QUOTA_TREE_ID).unwrap_or_default().to_owned(),
+            is_root: label(QUOTA_IS_ROOT) == Some("true"),
+            allow_force_update: label(QUOTA_ALLOW_FORCE_UPDATE) == Some("true"),
+            min: Resources::parse(quota.spec.min.as_ref()).unwrap_or_default(),
+            max: Resources::parse(quota.spec.max.as_ref()).unwrap_or_default(),
+            guaranteed: annotation(QUOTA_GUARANTEED)
+                .and_then(|g| Resources::parse_json(g).ok())
+                .unwrap_or_default(),
+            namespaces: bound_namespaces(quota),
+            name,
+        }
+    }
+}
+
+/// The `namespaces` annotation; invalid JSON binds nothing.
+pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
+    quota
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(QUOTA_NAMESPACES))
+        .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
+        .unwrap_or_default()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaTopology {
+    infos: BTreeMap<String, QuotaInfo>,
+    children: BTreeMap<String, BTreeSet<String>>,
+    /// Namespace -> quotas binding it; the first in name order wins.
+    namespaces: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Default for QuotaTopology {
+    fn default() -> Self {
+        Self {
+            infos: BTreeMap::new(),
+            children: BTreeMap::from([(ROOT_QUOTA.to_owned(), BTreeSet::new())]),
+            namespaces: BTreeMap::new(),
+        }
+    }
+}
+
+impl QuotaTopology {
+    pub fn from_quotas<'a>(quotas: impl IntoIterator<Item = &'a ElasticQuota>) -> Self {
+        let mut topology = Self::default();
+        for quota in quotas {
+            topology.upsert(QuotaInfo::from_quota(quota));
+        }
+        topology
+    }
+
+    /// Inserts a quota, or replaces it and moves it under its (possibly new) parent.
+    pub fn upsert(&mut self, info: QuotaInfo) {
+        self.remove(&info.name.clone());
+        self.children.entry(info.name.clone()).or_default();
+        if !info.parent.is_empty() {
+            self.children
+                .entry(info.parent.clone())
+                .or_default()
+                .insert(info.name.clone());
+        }
+        for ns in &info.namespaces {
+            self.namespaces
+                .entry(ns.clone())
+                .or_default()
+                .insert(info.name.clone());
+        }
+        self.infos.insert(info.name.clone(), info);
+    }
+
+    /// Removes a quota; its children keep their (now dangling) parent, as a rebuild would.
+    pub fn remove(&mut self, name: &str) -> Option<QuotaInfo> {
+        let info = self.infos.remove(name)?;
+        if let Some(siblings) = self.children.get_mut(&info.parent) {
+            siblings.remove(name);
+            if siblings.is_empty()
+                && info.parent != ROOT_QUOTA
+                && !self.infos.contains_key(&info.parent)
+            {
+                self.children.remove(&info.parent);
+            }
+        }
+        if self.children.get(name).is_some_and(BTreeSet::is_empty) {
+            self.children.remove(name);
+        }
+        for ns in &info.namespaces {
+            if let Some(bound) = self.namespaces.get_mut(ns) {
+                bound.remove(name);
+                if bound.is_empty() {
+                    self.namespaces.remove(ns);
+                }
+            }
+        }
+        Some(info)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&QuotaInfo> {
+        self.infos.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.infos.contains_key(name)
+    }
+
+    /// The child set, if the name has one (every known quota, the root, and named parents).
+    pub fn children(&self, name: &str) -> Option<&BTreeSet<String>> {
+        self.children.get(name)
+    }
+
+    /// The quota a namespace is bound to by annotation, if any.
+    pub fn quota_for_namespace(&self, namespace: &str) -> Option<&str> {
+        self.namespaces
+            .get(namespace)
+            .and_then(|b| b.first())
+            .map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.infos.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.infos.is_empty()
+    }
+
+    pub fn infos(&self) -> impl Iterator<Item = &QuotaInfo> {
+        self.infos.values()
+    }
+
+    pub fn hierarchy(&self) -> &BTreeMap<String, BTreeSet<String>> {
+        &self.children
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn quota(name: &str, parent: Option<&str>) -> ElasticQuota {
+        ElasticQuota {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: parent.map(|p| [(QUOTA_PARENT.to_owned(), p.to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn arrival_order_does_not_matter() {
+        let a = quota("a", None);
+        let b = quota("b", Some("a"));
+        let c = quota("c", Some("b"));
+        let one = QuotaTopology::from_quotas([&a, &b, &c]);
+        let other = QuotaTopology::from_quotas([&c, &b, &a]);
+        assert_eq!(one, other);
+        assert_eq!(
+            one.children(ROOT_QUOTA).unwrap().iter().collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert_eq!(one.children("b").unwrap().iter().collect::<Vec<_>>(), ["c"]);
+        assert!(one.children("c").unwrap().is_empty());
+    }
+
+    #[test]
+    fn moves_and_removals_match_a_rebuild() {
+        let (a, b, c) = (quota("a", None), quota("b", None), quota("c", Some("a")));
+        let mut live = QuotaTopology::from_quotas([&a, &b, &c]);
+        let moved = quota("c", Some("b"));
+        live.upsert(QuotaInfo::from_quota(&moved));
+        assert_eq!(live, QuotaTopology::from_quotas([&a, &b, &moved]));
+        live.remove("b");
+        assert_eq!(live, QuotaTopology::from_quotas([&a, &moved]));
+        assert!(
+            live.children("b").unwrap().contains("c"),
+            "the orphan keeps its parent's child set"
+        );
+    }
+
+    #[test]
+    fn namespaces_bind_to_the_first_quota_by_name() {
+        let mut q = quota("z", None);
+        q.metadata.annotations =
+            Some([(QUOTA_NAMESPACES.to_owned(), r#"["team-a"]"#.to_owned())].into());
+        let mut p = quota("m", None);
+        p.metadata.annotations = q.metadata.annotations.clone();
+        let topology = QuotaTopology::from_quotas([&q, &p]);
+        assert_eq!(topology.quota_for_namespace("team-a"), Some("m"));
+        assert_eq!(topology.quota_for_namespace("team-b"), None);
+    }
+}
