@@ -213,11 +213,11 @@ impl fmt::Display for Qty {
         let sign = if self.milli < 0 { "-" } else { "" };
         let abs = self.milli.unsigned_abs();
         // Binary form only for whole values of at least 1024 (as the API server canonicalises).
-        if self.format == Format::BinarySI && abs % 1000 == 0 && abs / 1000 >= 1024 {
+        if self.format == Format::BinarySI && abs.is_multiple_of(1000) && abs / 1000 >= 1024 {
             let mut value = abs / 1000;
             let mut suffix = "";
             for (s, _) in BINARY_SUFFIXES {
-                if value % 1024 != 0 {
+                if !value.is_multiple_of(1024) {
                     break;
                 }
                 value /= 1024;
@@ -225,14 +225,14 @@ impl fmt::Display for Qty {
             }
             return write!(f, "{sign}{value}{suffix}");
         }
-        if abs % 1000 != 0 {
+        if !abs.is_multiple_of(1000) {
             return write!(f, "{sign}{abs}m");
         }
         let mut value = abs / 1000;
         let mut suffix = "";
         for (s, e) in DECIMAL_SUFFIXES.iter().filter(|(_, e)| *e > 0) {
             let _ = e;
-            if value % 1000 != 0 {
+            if !value.is_multiple_of(1000) {
                 break;
             }
             value /= 1000;
