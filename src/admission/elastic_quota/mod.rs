@@ -7,6 +7,9 @@ mod self_checks;
 pub mod tree_checks;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 use super::chain::{Mutator, Validator};
 use crate::apis::ElasticQuota;
 

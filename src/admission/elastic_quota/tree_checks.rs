@@ -245,9 +245,15 @@ fn check_tree(
         return Ok(());
     }
 
-    // 4. The parent must exist and be a parent.
+    // 4. The parent must exist and be a parent, and (unlike Koordinator, which has no such check)
+    //    must not be the quota itself or one of its descendants: a cycle breaks every sum above.
     let parent = if info.parent != ROOT_QUOTA {
         let p = &info.parent;
+        if creates_cycle(topology, name, p) {
+            return Err(format!(
+                "{name} has parentName {p} which would make the quota tree a cycle"
+            ));
+        }
         let parent = topology.get(p).ok_or_else(|| {
             format!("{name} has parentName {p} but not find parentInfo in quotaInfoMap")
         })?;
@@ -323,6 +329,23 @@ fn check_tree(
         check_guarantee(topology, info)?;
     }
     Ok(())
+}
+
+/// Whether making `parent` the parent of `name` closes a loop.
+fn creates_cycle(topology: &QuotaTopology, name: &str, parent: &str) -> bool {
+    let mut current = parent;
+    for _ in 0..=topology.len() {
+        if current == name {
+            return true;
+        }
+        match topology.get(current) {
+            Some(info) if !info.parent.is_empty() && info.parent != ROOT_QUOTA => {
+                current = &info.parent
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Walks up from the quota: each ancestor must be able to guarantee what its children need.
