@@ -25,3 +25,9 @@ gen:
 # Start or stop a control plane by hand: `just control-plane up`, `just control-plane down`.
 control-plane *ARGS:
     scripts/control-plane {{ARGS}}
+
+# Benchmarks: koord-webhook against a Go peer on controller-runtime (writes bench/RESULTS.md), then
+# the criterion micro-benchmarks (`cargo bench --bench elastic_quota_update` for one).
+bench:
+    bench/run
+    cargo bench

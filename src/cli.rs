@@ -6,7 +6,14 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::admission::settings::{
+    DEFAULT_ENHANCED_VALIDATOR_CONFIG, DEFAULT_MAX_AMPLIFICATION_RATIO, DEFAULT_SLO_CONFIG_NAME,
+    Settings,
+};
+use crate::controller::CertMode;
+use crate::duration::parse_duration_arg;
 use crate::server::DEFAULT_MAX_BODY_BYTES;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -19,6 +26,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the admission server (HTTPS).
@@ -29,6 +38,21 @@ pub enum Command {
     Crds,
     /// Print the install manifests (one file for `kubectl apply -f`).
     Manifests(ManifestArgs),
+    /// Summarise koord-webhook in the cluster: leader, certificates, caBundles, entries, Events.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// `text` for people, `json` for scripts.
+    #[arg(long, short, value_enum, default_value = "text")]
+    pub output: OutputFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug)]
@@ -74,6 +98,10 @@ pub struct ServeArgs {
     /// Feature gates, e.g. `EnableQuotaAdmission=true,NodeMutatingWebhook=false`.
     #[arg(long, env = "KOORD_WEBHOOK_FEATURE_GATES", default_value = "")]
     pub feature_gates: String,
+    #[command(flatten)]
+    pub rules: RuleFlags,
+    #[command(flatten)]
+    pub operator: OperatorFlags,
     /// Largest admission request body accepted, in bytes (larger gets HTTP 413).
     #[arg(long, env = "KOORD_WEBHOOK_MAX_REQUEST_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_request_bytes: usize,
@@ -93,4 +121,98 @@ pub struct ReviewArgs {
     /// The AdmissionReview JSON: a file, or `-` for standard input.
     #[arg(long)]
     pub request: String,
+    #[command(flatten)]
+    pub rules: RuleFlags,
+}
+
+/// Flags of the operator (cluster mode: `serve` without `--state`).
+#[derive(Args, Debug)]
+pub struct OperatorFlags {
+    /// Host (name or IP) the API server calls the webhook at: URL mode for the webhook
+    /// configurations and a SAN of the serving certificate. Without it, the in-cluster Service.
+    #[arg(long, env = "KOORD_WEBHOOK_WEBHOOK_HOST")]
+    pub webhook_host: Option<String>,
+    /// Elect one writer among the replicas through a Lease; false makes this process the leader.
+    #[arg(long, env = "KOORD_WEBHOOK_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of this replica in the Lease and in Events (default: the host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Lifetime of the CA, e.g. `8760h`.
+    #[arg(long, default_value = "8760h", value_parser = parse_duration_arg)]
+    pub ca_validity: Duration,
+    /// Lifetime of a serving certificate, e.g. `720h`.
+    #[arg(long, default_value = "720h", value_parser = parse_duration_arg)]
+    pub cert_validity: Duration,
+    /// Renew a certificate when less than this fraction of its lifetime remains.
+    #[arg(long, default_value_t = 1.0 / 3.0, value_parser = parse_fraction)]
+    pub renew_fraction: f64,
+    /// How long the old CA stays trusted after serving moved to the new one.
+    #[arg(long, default_value = "2m", value_parser = parse_duration_arg)]
+    pub ca_rotation_grace: Duration,
+    /// `self`: issue and rotate certificates; `external`: read `webhook-tls` as provided.
+    #[arg(long, value_enum, default_value = "self")]
+    pub cert_mode: CertMode,
+    /// Lease duration, renew interval and retry interval of leader election.
+    #[arg(long, default_value = "15s", value_parser = parse_duration_arg)]
+    pub lease_duration: Duration,
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+    pub lease_renew_deadline: Duration,
+    #[arg(long, default_value = "2s", value_parser = parse_duration_arg)]
+    pub lease_retry_period: Duration,
+    /// On SIGTERM, keep serving this long before closing the listener.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
+    pub drain_delay: Duration,
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a number between 0 and 1")),
+    }
+}
+
+/// Flags of the admission rules, shared by `serve` and `review`.
+#[derive(Args, Debug)]
+pub struct RuleFlags {
+    /// Namespace of the slo-controller ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE", default_value = crate::install::NAMESPACE)]
+    pub config_namespace: String,
+    /// Name of the slo-controller ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_SLO_CONFIG_NAME", default_value = DEFAULT_SLO_CONFIG_NAME)]
+    pub slo_config_name: String,
+    /// Require a unique `name` on every node strategy of the slo-controller ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_NODE_STRATEGY_NAME_NEED_CHECK", default_value_t = false, action = clap::ArgAction::Set)]
+    pub node_strategy_name_need_check: bool,
+    /// Largest resource amplification ratio a node may carry (at least 1).
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_AMPLIFICATION_RATIO", default_value_t = DEFAULT_MAX_AMPLIFICATION_RATIO, value_parser = parse_max_ratio)]
+    pub max_amplification_ratio: f64,
+    /// Namespace of the ConfigMap of required-label rules (EnablePodEnhancedValidator).
+    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE", default_value = crate::install::NAMESPACE)]
+    pub pod_enhanced_validator_config_namespace: String,
+    /// Name of that ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]
+    pub pod_enhanced_validator_config_name: String,
+}
+
+impl RuleFlags {
+    pub fn settings(&self) -> Settings {
+        Settings {
+            config_namespace: self.config_namespace.clone(),
+            slo_config_name: self.slo_config_name.clone(),
+            node_strategy_name_need_check: self.node_strategy_name_need_check,
+            max_amplification_ratio: self.max_amplification_ratio,
+            enhanced_validator_config: (
+                self.pod_enhanced_validator_config_namespace.clone(),
+                self.pod_enhanced_validator_config_name.clone(),
+            ),
+        }
+    }
+}
+
+fn parse_max_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 1.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a number of at least 1")),
+    }
 }

@@ -8,7 +8,10 @@ use koord_webhook::{cmd, telemetry, tls};
 fn main() -> ExitCode {
     tls::install_default_provider();
     let cli = Cli::parse();
-    telemetry::init();
+    // `status` prints one report or one error line; the client library's logs would only add noise.
+    if !matches!(cli.command, Command::Status(_)) {
+        telemetry::init();
+    }
     match cli.command {
         Command::Serve(args) => {
             let runtime = match tokio::runtime::Runtime::new() {
@@ -40,6 +43,20 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(format!("cannot render CRDs: {e}")),
         },
+        Command::Status(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => return fail(format!("cannot start runtime: {e}")),
+            };
+            let json = args.output == koord_webhook::cli::OutputFormat::Json;
+            match runtime.block_on(cmd::status::run(json)) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("{e:#}")),
+            }
+        }
         Command::Manifests(args) => match cmd::manifests::render(&args) {
             Ok(yaml) => {
                 print!("{yaml}");

@@ -38,6 +38,17 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabels {
+    /// ca or serving.
+    pub certificate: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigurationLabels {
+    pub configuration: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 25 µs .. ~13 s: admission work is sub-millisecond, the API server gives up at its timeout.
     Histogram::new(exponential_buckets(0.000_025, 2.0, 20))
@@ -53,6 +64,13 @@ pub struct Metrics {
     pub plugin_duration: Family<PluginLabels, Histogram, fn() -> Histogram>,
     pub plugin_panics: Family<PluginLabels, Counter>,
     pub cache_objects: Family<KindLabels, Gauge>,
+    pub cert_not_after: Family<CertLabels, Gauge>,
+    pub cert_rotations: Family<CertLabels, Counter>,
+    pub ca_rotation_phase: Gauge,
+    pub ca_bundle_in_sync: Family<ConfigurationLabels, Gauge>,
+    pub leader: Gauge,
+    pub watch_restarts: Family<KindLabels, Counter>,
+    pub writes: Family<KindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -106,7 +124,56 @@ impl Metrics {
             "Objects in the in-memory cache, by kind",
             cache_objects.clone(),
         );
+        let cert_not_after = Family::<CertLabels, Gauge>::default();
+        let cert_rotations = Family::<CertLabels, Counter>::default();
+        let ca_rotation_phase = Gauge::default();
+        let ca_bundle_in_sync = Family::<ConfigurationLabels, Gauge>::default();
+        let leader = Gauge::default();
+        let watch_restarts = Family::<KindLabels, Counter>::default();
+        let writes = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "certificate_not_after_seconds",
+            "notAfter of the CA and of the serving certificate, as Unix seconds",
+            cert_not_after.clone(),
+        );
+        registry.register(
+            "certificate_rotations",
+            "Certificates issued, by kind",
+            cert_rotations.clone(),
+        );
+        registry.register(
+            "ca_rotation_phase",
+            "CA rotation phase: 0 stable, 1 publishing both CAs, 2 draining the old CA",
+            ca_rotation_phase.clone(),
+        );
+        registry.register(
+            "ca_bundle_in_sync",
+            "Whether every entry of the configuration carries the expected caBundle (1) or not (0)",
+            ca_bundle_in_sync.clone(),
+        );
+        registry.register(
+            "leader",
+            "Whether this replica holds the Lease and writes (1) or only serves (0)",
+            leader.clone(),
+        );
+        registry.register(
+            "watch_restarts",
+            "Watches that broke and resumed, by kind",
+            watch_restarts.clone(),
+        );
+        registry.register(
+            "cluster_writes",
+            "Writes to the API server by this replica, by kind",
+            writes.clone(),
+        );
         Self {
+            cert_not_after,
+            cert_rotations,
+            ca_rotation_phase,
+            ca_bundle_in_sync,
+            leader,
+            watch_restarts,
+            writes,
             registry,
             requests,
             denials,

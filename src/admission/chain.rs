@@ -14,7 +14,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::core::admission::{AdmissionRequest, Operation};
 
+use super::endpoint::{Env, Services};
 use super::outcome::{PluginResult, Rejection};
+use super::settings::Settings;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
 use crate::metrics::{Metrics, PluginLabels};
@@ -24,6 +26,8 @@ pub struct Ctx<'a, T: kube::Resource> {
     pub request: &'a AdmissionRequest<T>,
     pub cache: &'a Cache,
     pub gates: &'a FeatureGates,
+    pub services: &'a Services,
+    pub settings: &'a Settings,
     notes: Mutex<Notes>,
 }
 
@@ -35,15 +39,13 @@ pub struct Notes {
 }
 
 impl<'a, T: kube::Resource> Ctx<'a, T> {
-    pub fn new(
-        request: &'a AdmissionRequest<T>,
-        cache: &'a Cache,
-        gates: &'a FeatureGates,
-    ) -> Self {
+    pub fn new(request: &'a AdmissionRequest<T>, env: &'a Env) -> Self {
         Self {
             request,
-            cache,
-            gates,
+            cache: &env.cache,
+            gates: &env.gates,
+            services: &env.services,
+            settings: &env.settings,
             notes: Mutex::default(),
         }
     }

@@ -8,9 +8,11 @@ use futures::future::BoxFuture;
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::chain::{Ctx, Mutator, Validator, run_mutators, run_validators};
+use super::colocation::dice::{Dice, SystemDice};
 use super::outcome::Rejection;
 use super::patch;
 use super::review::{Verdict, WireRequest};
+use super::settings::Settings;
 use super::webhooks::WebhookSpec;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
@@ -21,6 +23,27 @@ pub struct Env {
     pub cache: Cache,
     pub gates: FeatureGates,
     pub metrics: Metrics,
+    pub services: Services,
+    pub settings: Settings,
+}
+
+/// Outside systems some plugins write to. Absent in `review` and `serve --state`.
+#[derive(Clone, Default)]
+pub struct Services {
+    /// Where quota evaluation records what it admitted (spec 2.6).
+    pub quota_store:
+        Option<std::sync::Arc<dyn crate::admission::elastic_quota::quota_store::QuotaStore>>,
+    /// The random source of colocation profile probabilities (default: the system's).
+    pub dice: Option<std::sync::Arc<dyn Dice>>,
+}
+
+impl Services {
+    pub fn dice(&self) -> &dyn Dice {
+        match &self.dice {
+            Some(dice) => dice.as_ref(),
+            None => &SystemDice,
+        }
+    }
 }
 
 pub trait Endpoint: Send + Sync {
@@ -83,7 +106,7 @@ impl<T: Object> TypedEndpoint<T> {
             env.metrics.error(self.spec.path, "decode");
             return Verdict::deny(400, "there is no content to decode");
         }
-        let ctx = Ctx::new(&request, &env.cache, &env.gates);
+        let ctx = Ctx::new(&request, env);
         let (result, patch) = match &self.chain {
             Chain::Validating(plugins) => (
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,

@@ -5,6 +5,7 @@
 //! line in that folder's `mod.rs`.
 
 pub mod chain;
+pub mod colocation;
 pub mod configmap;
 pub mod elastic_quota;
 pub mod endpoint;
@@ -14,6 +15,7 @@ pub mod patch;
 pub mod pod;
 pub mod reservation;
 pub mod review;
+pub mod settings;
 pub mod webhooks;
 
 use std::panic::AssertUnwindSafe;
@@ -27,8 +29,10 @@ use crate::apis::{ElasticQuota, Reservation};
 use crate::cache::Cache;
 use crate::features::FeatureGates;
 use crate::metrics::{DenialLabels, Metrics, WebhookLabels};
+pub use endpoint::Services;
 use endpoint::{Endpoint, Env, TypedEndpoint};
 use review::{MalformedReview, Verdict, WireRequest};
+pub use settings::Settings;
 use webhooks::{FailurePolicy, WEBHOOKS, WebhookSpec};
 
 /// The API server's own default when a request names no `?timeout=`.
@@ -52,12 +56,24 @@ pub struct Admission {
 impl Admission {
     /// The endpoints of the webhook table whose gates are on, with their registered plugins.
     pub fn new(cache: Cache, gates: FeatureGates, metrics: Metrics) -> Self {
+        Self::with_services(cache, gates, metrics, Services::default())
+    }
+
+    /// As [`Admission::new`], with the outside systems plugins may write to.
+    pub fn with_services(
+        cache: Cache,
+        gates: FeatureGates,
+        metrics: Metrics,
+        services: Services,
+    ) -> Self {
         let endpoints = WEBHOOKS
             .iter()
             .filter(|spec| gates.enabled(spec.gate))
             .map(build_endpoint)
             .collect();
-        Self::with_endpoints(endpoints, cache, gates, metrics)
+        let mut admission = Self::with_endpoints(endpoints, cache, gates, metrics);
+        admission.env.services = services;
+        admission
     }
 
     /// Exactly these endpoints (tests and benchmarks build their own chains).
@@ -73,8 +89,16 @@ impl Admission {
                 cache,
                 gates,
                 metrics,
+                services: Services::default(),
+                settings: Settings::default(),
             },
         }
+    }
+
+    /// The flag-given settings of the rules (defaults otherwise).
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.env.settings = settings;
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -19,3 +19,24 @@ pub const PRIORITY_LABEL: &str = "koordinator.sh/priority";
 pub const PRIORITY_CLASS_LABEL: &str = "koordinator.sh/priority-class";
 pub const SLO_CONFIGMAP_TYPE_LABEL: &str = "koordinator.sh/configmap-type";
 pub const MUTATING_UPDATE_LABEL: &str = "pod.koordinator.sh/mutating-update";
+
+pub const AMPLIFICATION_RATIO: &str = "node.koordinator.sh/resource-amplification-ratio";
+pub const RAW_ALLOCATABLE: &str = "node.koordinator.sh/raw-allocatable";
+pub const RAW_CAPACITY: &str = "node.koordinator.sh/raw-capacity";
+
+pub const SKIP_UPDATE_RESOURCES: &str = "config.koordinator.sh/skip-update-resources";
+pub const EXTENDED_RESOURCE_SPEC: &str = "node.koordinator.sh/extended-resource-spec";
+pub const RESERVATION_AFFINITY: &str = "scheduling.koordinator.sh/reservation-affinity";
+pub const SKIP_ENHANCED_VALIDATION: &str = "pod.koordinator.sh/skip-enhanced-validation";
+
+pub const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
+pub const BATCH_MEMORY: &str = "kubernetes.io/batch-memory";
+pub const MID_CPU: &str = "kubernetes.io/mid-cpu";
+pub const MID_MEMORY: &str = "kubernetes.io/mid-memory";
+
+pub const GPU: &str = "koordinator.sh/gpu";
+pub const GPU_CORE: &str = "koordinator.sh/gpu-core";
+pub const GPU_MEMORY: &str = "koordinator.sh/gpu-memory";
+pub const GPU_MEMORY_RATIO: &str = "koordinator.sh/gpu-memory-ratio";
+pub const GPU_SHARED: &str = "koordinator.sh/gpu.shared";
+pub const NPU_CORE: &str = "huawei.com/npu-core";

@@ -6,6 +6,7 @@
 
 pub mod load;
 pub mod quota_topology;
+pub mod watch;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -13,6 +14,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::watcher;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
@@ -113,7 +115,7 @@ impl CacheWriter {
 }
 
 /// A panic elsewhere must not take the quota webhooks down with a poisoned lock.
-fn write_topology(topology: &SharedTopology) -> RwLockWriteGuard<'_, QuotaTopology> {
+pub(crate) fn write_topology(topology: &SharedTopology) -> RwLockWriteGuard<'_, QuotaTopology> {
     topology.write().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -154,6 +156,53 @@ impl Cache {
         self.pods
             .find(|p| namespaces.contains(&p.metadata.namespace.as_deref().unwrap_or_default()))
             .is_some()
+    }
+
+    /// A ConfigMap by namespace and name.
+    pub fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
+        self.config_maps
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+    }
+
+    /// Every cached node's name and labels, sorted by name.
+    pub fn node_labels(&self) -> Vec<(String, BTreeMap<String, String>)> {
+        let mut nodes: Vec<_> = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| {
+                (
+                    n.metadata.name.clone().unwrap_or_default(),
+                    n.metadata.labels.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.0.cmp(&b.0));
+        nodes
+    }
+
+    /// Waits until every store has had its first full list; false if a writer went away.
+    pub async fn wait_until_synced(&self) -> bool {
+        let r = tokio::join!(
+            self.elastic_quotas.wait_until_ready(),
+            self.elastic_quota_profiles.wait_until_ready(),
+            self.reservations.wait_until_ready(),
+            self.colocation_profiles.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.namespaces.wait_until_ready(),
+            self.priority_classes.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.pods.wait_until_ready(),
+        );
+        r.0.is_ok()
+            && r.1.is_ok()
+            && r.2.is_ok()
+            && r.3.is_ok()
+            && r.4.is_ok()
+            && r.5.is_ok()
+            && r.6.is_ok()
+            && r.7.is_ok()
+            && r.8.is_ok()
     }
 
     /// An empty cache, for tests and for endpoints that read nothing.

@@ -92,12 +92,68 @@ pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Eq)]
 pub struct QuotaTopology {
     infos: BTreeMap<String, QuotaInfo>,
     children: BTreeMap<String, BTreeSet<String>>,
     /// Namespace -> quotas binding it; the first in name order wins.
     namespaces: BTreeMap<String, BTreeSet<String>>,
+    /// Parent -> sums over its children, kept as children come and go so that validating one quota
+    /// costs the depth of the tree, not the number of its siblings.
+    sums: BTreeMap<String, ChildSums>,
+}
+
+/// Running sums over the children of one parent, zeros dropped.
+#[derive(Clone, Debug, Default)]
+pub struct ChildSums {
+    pub min: Resources,
+    pub guaranteed: Resources,
+}
+
+impl ChildSums {
+    fn milli(&self) -> [BTreeMap<&str, i128>; 2] {
+        [&self.min, &self.guaranteed]
+            .map(|r| r.0.iter().map(|(k, q)| (k.as_str(), q.milli())).collect())
+    }
+
+    fn add(&mut self, info: &QuotaInfo) {
+        self.min.add(&info.min);
+        self.guaranteed.add(&info.guaranteed);
+        self.drop_zeros();
+    }
+
+    fn sub(&mut self, info: &QuotaInfo) {
+        self.min.sub(&info.min);
+        self.guaranteed.sub(&info.guaranteed);
+        self.drop_zeros();
+    }
+
+    fn drop_zeros(&mut self) {
+        self.min = std::mem::take(&mut self.min).without_zeros();
+        self.guaranteed = std::mem::take(&mut self.guaranteed).without_zeros();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.min.is_empty() && self.guaranteed.is_empty()
+    }
+}
+
+/// Sums compare by value: the format of a running sum depends on the order of its terms.
+impl PartialEq for ChildSums {
+    fn eq(&self, other: &Self) -> bool {
+        self.milli() == other.milli()
+    }
+}
+
+impl Eq for ChildSums {}
+
+impl PartialEq for QuotaTopology {
+    fn eq(&self, other: &Self) -> bool {
+        self.infos == other.infos
+            && self.children == other.children
+            && self.namespaces == other.namespaces
+            && self.sums == other.sums
+    }
 }
 
 impl Default for QuotaTopology {
@@ -106,6 +162,7 @@ impl Default for QuotaTopology {
             infos: BTreeMap::new(),
             children: BTreeMap::from([(ROOT_QUOTA.to_owned(), BTreeSet::new())]),
             namespaces: BTreeMap::new(),
+            sums: BTreeMap::new(),
         }
     }
 }
@@ -128,6 +185,11 @@ impl QuotaTopology {
                 .entry(info.parent.clone())
                 .or_default()
                 .insert(info.name.clone());
+            let sums = self.sums.entry(info.parent.clone()).or_default();
+            sums.add(&info);
+            if sums.is_empty() {
+                self.sums.remove(&info.parent);
+            }
         }
         for ns in &info.namespaces {
             self.namespaces
@@ -141,6 +203,12 @@ impl QuotaTopology {
     /// Removes a quota; its children keep their (now dangling) parent, as a rebuild would.
     pub fn remove(&mut self, name: &str) -> Option<QuotaInfo> {
         let info = self.infos.remove(name)?;
+        if let Some(sums) = self.sums.get_mut(&info.parent) {
+            sums.sub(&info);
+            if sums.is_empty() {
+                self.sums.remove(&info.parent);
+            }
+        }
         if let Some(siblings) = self.children.get_mut(&info.parent) {
             siblings.remove(name);
             if siblings.is_empty()
@@ -175,6 +243,11 @@ impl QuotaTopology {
     /// The child set, if the name has one (every known quota, the root, and named parents).
     pub fn children(&self, name: &str) -> Option<&BTreeSet<String>> {
         self.children.get(name)
+    }
+
+    /// Sums of min and guaranteed over the children of `name` (zero when it has none).
+    pub fn child_sums(&self, name: &str) -> Option<&ChildSums> {
+        self.sums.get(name)
     }
 
     /// The quota a namespace is bound to by annotation, if any.

@@ -8,6 +8,8 @@ use rcgen::{
 };
 use time::OffsetDateTime;
 
+pub mod authority;
+
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
     #[error("certificate generation failed: {0}")]
@@ -17,10 +19,19 @@ pub enum CertError {
 }
 
 /// A certificate and its private key, PEM encoded.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PemPair {
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+impl std::fmt::Debug for PemPair {
+    // Never print a private key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PemPair")
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Clocks of API servers and nodes disagree; a fresh certificate is valid from an hour ago.

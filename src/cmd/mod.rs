@@ -4,3 +4,4 @@ pub mod crds;
 pub mod manifests;
 pub mod review;
 pub mod serve;
+pub mod status;

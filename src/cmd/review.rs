@@ -26,7 +26,8 @@ pub fn run(args: &ReviewArgs) -> Result<Vec<u8>, Unusable> {
         .map_err(|e| Unusable(format!("--state: {e}")))?
         .reader();
     let body = read_request(&args.request)?;
-    let admission = Admission::new(cache, gates, Metrics::new());
+    let admission =
+        Admission::new(cache, gates, Metrics::new()).with_settings(args.rules.settings());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

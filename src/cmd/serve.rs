@@ -1,35 +1,166 @@
-//! `koord-webhook serve`: the admission server.
+//! `koord-webhook serve`: the admission server, and in cluster mode (no `--state`) the operator
+//! beside it.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::sync::watch;
 
-use crate::admission::Admission;
-use crate::cache::{Cache, load::load_state};
+use crate::admission::elastic_quota::quota_store::QuotaStore;
+use crate::admission::{Admission, Services};
+use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
-use crate::cli::ServeArgs;
+use crate::cli::{OperatorFlags, ServeArgs};
+use crate::controller::certificates::CertPolicy;
+use crate::controller::leader::LeaseTimings;
+use crate::controller::quota_store::KubeQuotaStore;
+use crate::controller::webhook_configs::Desired;
+use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
+use crate::install::{NAMESPACE, SERVICE_NAME, WebhookTarget};
 use crate::metrics::Metrics;
 use crate::server::{self, Readiness, Shared};
 use crate::tls::CertResolver;
 
+fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> OperatorConfig {
+    let identity = flags.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "koord-webhook".to_owned());
+        format!("{host}-{}", std::process::id())
+    });
+    let verify_host = flags
+        .webhook_host
+        .clone()
+        .unwrap_or_else(|| format!("{SERVICE_NAME}.{NAMESPACE}.svc"));
+    OperatorConfig {
+        identity,
+        leader_elect: flags.leader_elect,
+        lease: LeaseTimings {
+            lease: flags.lease_duration,
+            renew: flags.lease_renew_deadline,
+            retry: flags.lease_retry_period,
+        },
+        cert_mode: flags.cert_mode,
+        policy: CertPolicy {
+            ca_validity: flags.ca_validity,
+            cert_validity: flags.cert_validity,
+            renew_fraction: flags.renew_fraction,
+            ca_grace: flags.ca_rotation_grace,
+            hosts: serving_hosts(flags.webhook_host.as_deref()),
+        },
+        desired: Desired {
+            gates,
+            target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port),
+        },
+        verify_host,
+    }
+}
+
+/// Resolves when the process is asked to stop (SIGTERM or Ctrl-C).
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
-    let cache = match &args.state {
+    let resolver = Arc::new(CertResolver::new());
+    load_serving_pair(&args, &resolver)?;
+
+    let (cache, operator) = match &args.state {
         Some(path) => {
             let cache = load_state(path).context("--state")?.reader();
             tracing::info!(path = %path.display(), objects = ?cache.sizes(), "serving from a static cache");
-            cache
+            (cache, None)
         }
         None => {
-            tracing::warn!("no --state given: serving with an empty cache");
-            Cache::empty()
+            let client = kube::Client::try_default()
+                .await
+                .context("cannot configure a Kubernetes client (KUBECONFIG or in-cluster)")?;
+            let writer = CacheWriter::default();
+            let cache = writer.reader();
+            (cache, Some((client, writer)))
         }
     };
 
-    let resolver = Arc::new(CertResolver::new());
+    // In cluster mode, quota evaluation records what it admitted on the ElasticQuota itself.
+    let services = Services {
+        quota_store: operator.as_ref().map(|(client, _)| {
+            Arc::new(KubeQuotaStore {
+                client: client.clone(),
+            }) as Arc<dyn QuotaStore>
+        }),
+        dice: None,
+    };
+    let shared = Arc::new(Shared {
+        admission: Admission::with_services(cache, gates, Metrics::new(), services)
+            .with_settings(args.rules.settings()),
+        readiness: Readiness::default(),
+        resolver,
+        max_body_bytes: args.max_request_bytes,
+    });
+    let addr = SocketAddr::new(args.bind_address, args.port);
+    let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");
+    let server = server::build(listener, shared.clone())?;
+    let handle = server.handle();
+    let serving = tokio::spawn(server);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let operator_task = operator.map(|(client, writer)| {
+        let config = operator_config(&args.operator, args.port, gates);
+        tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
+        tokio::spawn(controller::run(
+            client,
+            config,
+            shared.clone(),
+            writer,
+            stop_rx.clone(),
+        ))
+    });
+
+    tokio::select! {
+        _ = terminated() => {}
+        result = serving => {
+            return result.context("server task failed")?.context("server stopped with an error");
+        }
+    }
+    // The API server may still route to this replica for a moment: keep answering, then close.
+    if operator_task.is_some() {
+        tracing::info!(delay = ?args.operator.drain_delay, "terminating: draining");
+        shared.readiness.set_not_ready("shutdown", "terminating");
+        tokio::time::sleep(args.operator.drain_delay).await;
+    }
+    let _ = stop_tx.send(true);
+    // Gives the election its moment to release the Lease before the runtime goes away.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    handle.stop(true).await;
+    if let Some(task) = operator_task {
+        task.abort();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn load_serving_pair(args: &ServeArgs, resolver: &CertResolver) -> anyhow::Result<()> {
     match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => {
             let cert_pem = std::fs::read(cert)
@@ -40,6 +171,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .set_pem(&cert_pem, &key_pem)
                 .context("--tls-cert-file/--tls-key-file")?;
             tracing::info!(cert = %cert.display(), "serving certificate loaded from files");
+        }
+        _ if args.state.is_none() => {
+            tracing::info!("cluster mode: the serving certificate comes from Secret webhook-tls");
         }
         _ => {
             let hosts = vec![
@@ -59,17 +193,5 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             );
         }
     }
-
-    let shared = Arc::new(Shared {
-        admission: Admission::new(cache, gates, Metrics::new()),
-        readiness: Readiness::default(),
-        resolver,
-        max_body_bytes: args.max_request_bytes,
-    });
-    let addr = SocketAddr::new(args.bind_address, args.port);
-    let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-    tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");
-    server::build(listener, shared)?
-        .await
-        .context("server stopped with an error")
+    Ok(())
 }

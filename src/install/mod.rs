@@ -4,7 +4,7 @@
 //! `manifests/` holds the output and a test fails when it is stale.
 
 mod deployment;
-mod rbac;
+pub mod rbac;
 pub mod webhook_configurations;
 
 use serde::Serialize;

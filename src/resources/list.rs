@@ -59,6 +59,21 @@ impl Resources {
         }
     }
 
+    /// Subtracts `other` key by key.
+    pub fn sub(&mut self, other: &Resources) {
+        for (name, q) in &other.0 {
+            let diff = self.get(name).minus(*q);
+            self.0.insert(name.clone(), diff);
+        }
+    }
+
+    /// Drops zero values: a running sum then equals one computed from scratch, whatever the order
+    /// of additions and subtractions (a missing key already reads as 0).
+    pub fn without_zeros(mut self) -> Self {
+        self.0.retain(|_, q| !q.is_zero());
+        self
+    }
+
     /// Keeps the larger value per key.
     pub fn max_with(&mut self, other: &Resources) {
         for (name, q) in &other.0 {

@@ -1,7 +1,10 @@
 //! Resource arithmetic: Kubernetes quantities and resource lists.
 
 pub mod list;
+pub mod pod_requests;
+pub mod priority;
 pub mod quantity;
+pub mod strategic_merge;
 
 pub use list::Resources;
 pub use quantity::{Format, Qty, QuantityError};

@@ -62,6 +62,8 @@ pub fn build(
     .keep_alive(KEEP_ALIVE)
     .tcp_nodelay(true)
     .shutdown_timeout(10)
+    // `serve` handles SIGTERM itself: drain first, then stop.
+    .disable_signals()
     .listen_rustls_0_23(listener, tls)?
     .run();
     Ok(server)

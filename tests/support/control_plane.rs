@@ -52,6 +52,16 @@ impl ControlPlane {
         kube::Client::try_from(config).unwrap()
     }
 
+    /// Stops kube-apiserver and starts it again (same port, same etcd).
+    pub fn restart_apiserver(&self) {
+        let status = Command::new(script())
+            .arg("restart-apiserver")
+            .arg(self.dir.path())
+            .status()
+            .expect("scripts/control-plane runs");
+        assert!(status.success(), "kube-apiserver did not restart");
+    }
+
     /// Runs kubectl against this control plane, with `stdin` piped in when given.
     pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
         use std::io::Write;

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod control_plane;
+pub mod operator;
+pub mod review;
 pub mod tls_client;
 
 use std::net::{SocketAddr, TcpListener};

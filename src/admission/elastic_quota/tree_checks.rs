@@ -8,7 +8,7 @@ use crate::apis::keys::{
     DEFAULT_QUOTA, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA,
     SYSTEM_QUOTA,
 };
-use crate::cache::quota_topology::{QuotaInfo, QuotaTopology};
+use crate::cache::quota_topology::{ChildSums, QuotaInfo, QuotaTopology};
 use crate::features::{FeatureGates, Gate};
 use crate::resources::Resources;
 
@@ -286,17 +286,11 @@ fn check_tree(
     // 6. Children's min fits in the parent's min.
     if !info.allow_force_update && !info.is_root {
         if let Some(parent) = parent {
-            let mut sum = info.min.clone();
-            for sibling in topology
-                .children(&parent.name)
-                .into_iter()
-                .flatten()
-                .filter(|s| *s != name)
-            {
-                if let Some(sibling) = topology.get(sibling) {
-                    sum.add(&sibling.min);
-                }
+            let mut sum = children_sum(topology, &parent.name, |s| &s.min);
+            if let Some(old) = stored.filter(|old| old.parent == parent.name) {
+                sum.sub(&old.min);
             }
+            sum.add(&info.min);
             if !sum.le_completely(&parent.min) {
                 return Err(format!(
                     "checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: {}",
@@ -304,15 +298,7 @@ fn check_tree(
                 ));
             }
         }
-        let mut children_min = Resources::default();
-        for child in children
-            .into_iter()
-            .flatten()
-            .filter_map(|c| topology.get(c))
-        {
-            children_min.add(&child.min);
-        }
-        if !children_min.le_completely(&info.min) {
+        if !children_sum(topology, name, |s| &s.min).le_completely(&info.min) {
             return Err(format!(
                 "checkMinQuotaSum all children's MinQuota > current MinQuota, current: {name}"
             ));
@@ -329,6 +315,18 @@ fn check_tree(
         check_guarantee(topology, info)?;
     }
     Ok(())
+}
+
+/// A running sum over the children of `parent`, from the topology.
+fn children_sum(
+    topology: &QuotaTopology,
+    parent: &str,
+    field: fn(&ChildSums) -> &Resources,
+) -> Resources {
+    topology
+        .child_sums(parent)
+        .map(|s| field(s).clone())
+        .unwrap_or_default()
 }
 
 /// Whether making `parent` the parent of `name` closes a loop.
@@ -359,17 +357,12 @@ fn check_guarantee(topology: &QuotaTopology, info: &QuotaInfo) -> Result<(), Str
         let Some(parent) = topology.get(&parent_name) else {
             break;
         };
-        let mut total = need.clone();
-        for sibling in topology
-            .children(&parent.name)
-            .into_iter()
-            .flatten()
-            .filter(|s| **s != child)
-        {
-            if let Some(sibling) = topology.get(sibling) {
-                total.add(&sibling.guaranteed);
-            }
+        // The siblings' guarantees: all children's, less the one on the way up.
+        let mut total = children_sum(topology, &parent.name, |s| &s.guaranteed);
+        if let Some(on_path) = topology.get(&child).filter(|c| c.parent == parent.name) {
+            total.sub(&on_path.guaranteed);
         }
+        total.add(&need);
         let mut new_parent = parent.min.clone();
         new_parent.max_with(&total);
         if new_parent.le_completely(&parent.guaranteed) {

@@ -1,13 +1,20 @@
-//! /mutate-node-status (resource amplification) and /validate-node plugins.
+//! /mutate-node-status (resource amplification) and /validate-node plugins, in chain order.
+
+mod amplification;
+mod amplification_bounds;
+mod slo_conflict;
 
 use k8s_openapi::api::core::v1::Node;
 
 use super::chain::{Mutator, Validator};
 
 pub fn status_mutators() -> Vec<Box<dyn Mutator<Node>>> {
-    vec![]
+    vec![Box::new(amplification::AmplifyNodeResources)]
 }
 
 pub fn validators() -> Vec<Box<dyn Validator<Node>>> {
-    vec![]
+    vec![
+        Box::new(slo_conflict::SloConfigConflict),
+        Box::new(amplification_bounds::AmplificationBounds),
+    ]
 }

@@ -1,15 +1,49 @@
 //! /mutate-pod and /validate-pod plugins, in chain order.
 
+mod batch_resources;
+mod colocation_profile;
+mod colocation_rules;
+mod device_resources;
+mod device_validation;
+mod enhanced_validator;
+mod extended_resource_spec;
 mod forbidden_reserve_pod;
+mod multi_quota_tree;
+mod reservation_affinity;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::chain::{Mutator, Validator};
+use super::chain::{Ctx, Mutator, Validator};
+use super::elastic_quota::pod_evaluation::QuotaEvaluation;
+use super::elastic_quota::pod_topology_check::PodQuotaTopologyCheck;
 
 pub fn mutators() -> Vec<Box<dyn Mutator<Pod>>> {
-    vec![]
+    vec![
+        Box::new(colocation_profile::ApplyColocationProfiles),
+        Box::new(extended_resource_spec::ExtendedResourceSpecAnnotation),
+        Box::new(multi_quota_tree::MultiQuotaTreeAffinity),
+        Box::new(device_resources::NormaliseDeviceResources),
+    ]
 }
 
 pub fn validators() -> Vec<Box<dyn Validator<Pod>>> {
-    vec![Box::new(forbidden_reserve_pod::ForbiddenReservePod)]
+    vec![
+        Box::new(forbidden_reserve_pod::ForbiddenReservePod),
+        Box::new(colocation_rules::ColocationRules),
+        Box::new(PodQuotaTopologyCheck),
+        Box::new(QuotaEvaluation::default()),
+        Box::new(device_validation::DeviceResourceRules),
+        Box::new(enhanced_validator::EnhancedValidator::default()),
+        Box::new(reservation_affinity::ReservationAffinity),
+    ]
+}
+
+/// The pod's namespace, or the request's when the object has none (spec 1.1 and 0.1).
+pub fn namespace_of<T: kube::Resource>(ctx: &Ctx<'_, T>, pod: &Pod) -> String {
+    pod.metadata
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| ctx.request.namespace.clone())
+        .unwrap_or_default()
 }

@@ -1,8 +1,10 @@
 //! /mutate-reservation plugins.
 
+mod colocation_profile;
+
 use super::chain::Mutator;
 use crate::apis::Reservation;
 
 pub fn mutators() -> Vec<Box<dyn Mutator<Reservation>>> {
-    vec![]
+    vec![Box::new(colocation_profile::ApplyColocationProfiles)]
 }

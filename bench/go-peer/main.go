@@ -1,0 +1,187 @@
+// A Go peer for the benchmark: the same /validate-pod QoS rules (spec 2.3) and /mutate-pod with one
+// ClusterColocationProfile and batch conversion (spec 1.2), on controller-runtime's webhook server,
+// which is what Koordinator's webhook runs on. Not part of the product.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"github.com/go-logr/logr"
+	"net/http"
+	"os"
+	"strconv"
+
+	"encoding/json"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+var decoder = admission.NewDecoder(runtime.NewScheme())
+
+const (
+	qosLabel      = "koordinator.sh/qosClass"
+	priorityLabel = "koordinator.sh/priority-class"
+	batchCPU      = "kubernetes.io/batch-cpu"
+	batchMemory   = "kubernetes.io/batch-memory"
+)
+
+func priorityClass(pod *corev1.Pod) string {
+	if v, ok := pod.Labels[priorityLabel]; ok {
+		switch v {
+		case "koord-prod", "koord-mid", "koord-batch", "koord-free":
+			return v
+		}
+		return ""
+	}
+	if pod.Spec.Priority == nil {
+		return ""
+	}
+	p := *pod.Spec.Priority
+	switch {
+	case p >= 9000 && p <= 9999:
+		return "koord-prod"
+	case p >= 7000 && p <= 7999:
+		return "koord-mid"
+	case p >= 5000 && p <= 5999:
+		return "koord-batch"
+	case p >= 3000 && p <= 3999:
+		return "koord-free"
+	}
+	return ""
+}
+
+func qosClass(pod *corev1.Pod) string {
+	switch v := pod.Labels[qosLabel]; v {
+	case "LSE", "LSR", "LS", "BE", "SYSTEM":
+		return v
+	}
+	return ""
+}
+
+func podRequests(pod *corev1.Pod) corev1.ResourceList {
+	total := corev1.ResourceList{}
+	for _, c := range pod.Spec.Containers {
+		for k, v := range c.Resources.Requests {
+			q := total[k]
+			q.Add(v)
+			total[k] = q
+		}
+	}
+	for k, v := range pod.Spec.Overhead {
+		q := total[k]
+		q.Add(v)
+		total[k] = q
+	}
+	return total
+}
+
+func validatePod(_ context.Context, req admission.Request) admission.Response {
+	pod := &corev1.Pod{}
+	if err := decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	var errs []string
+	qos, pc := qosClass(pod), priorityClass(pod)
+	requests := podRequests(pod)
+	cpuBatch, memBatch := requests[batchCPU], requests[batchMemory]
+	if (!cpuBatch.IsZero() || !memBatch.IsZero()) && qos != "BE" {
+		errs = append(errs, "labels.koordinator.sh/qosClass: Required value: must specify koordinator QoS BE with koordinator colocation resources")
+	}
+	if (qos == "BE" && (pc == "" || pc == "koord-prod")) || (qos == "LSR" && pc != "koord-prod") {
+		errs = append(errs, fmt.Sprintf("Pod: Forbidden: koordinator.sh/qosClass=%s and priorityClass=%s cannot be used in combination", qos, pc))
+	}
+	if qos == "LSR" || qos == "LSE" {
+		cpu := requests[corev1.ResourceCPU]
+		if cpu.IsZero() {
+			errs = append(errs, "pod.spec.containers[*].resources.requests: Required value: LSR Pod must declare the requested CPUs")
+		} else if cpu.MilliValue()%1000 != 0 {
+			errs = append(errs, fmt.Sprintf("pod.spec.containers[*].resources.requests: Invalid value: %q: the requested CPUs of LSR Pod must be integer", cpu.String()))
+		}
+	}
+	switch len(errs) {
+	case 0:
+		return admission.Allowed("")
+	case 1:
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("%s", errs[0]))
+	}
+	return admission.Errored(http.StatusBadRequest, fmt.Errorf("%v", errs))
+}
+
+func convert(list corev1.ResourceList) {
+	if q, ok := list[corev1.ResourceCPU]; ok {
+		list[batchCPU] = *resource.NewQuantity(q.MilliValue(), resource.DecimalSI)
+		delete(list, corev1.ResourceCPU)
+	}
+	if q, ok := list[corev1.ResourceMemory]; ok {
+		list[batchMemory] = q
+		delete(list, corev1.ResourceMemory)
+	}
+}
+
+// mutatePod applies the benchmark's one profile: pods labelled app=spark become BE batch pods.
+func mutatePod(_ context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
+	}
+	pod := &corev1.Pod{}
+	if err := decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if pod.Labels["app"] != "spark" {
+		return admission.Allowed("")
+	}
+	original, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	pod.Labels[qosLabel] = "BE"
+	pod.Labels["koordinator.sh/priority"] = strconv.Itoa(1111)
+	pod.Spec.SchedulerName = "koord-scheduler"
+	pod.Spec.PriorityClassName = "koord-batch"
+	priority := int32(5500)
+	pod.Spec.Priority = &priority
+	for i := range pod.Spec.Containers {
+		r := &pod.Spec.Containers[i].Resources
+		if r.Requests != nil {
+			convert(r.Requests)
+		}
+		if r.Limits != nil {
+			convert(r.Limits)
+		}
+		for _, name := range []corev1.ResourceName{batchCPU, batchMemory} {
+			if l, ok := r.Limits[name]; ok {
+				if r.Requests == nil {
+					r.Requests = corev1.ResourceList{}
+				}
+				if _, ok := r.Requests[name]; !ok {
+					r.Requests[name] = l
+				}
+			}
+		}
+	}
+	mutated, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(original, mutated)
+}
+
+func main() {
+	port := flag.Int("port", 9444, "HTTPS port")
+	certDir := flag.String("cert-dir", ".", "directory with tls.crt and tls.key")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+	server := webhook.NewServer(webhook.Options{Port: *port, CertDir: *certDir, Host: "127.0.0.1"})
+	server.Register("/validate-pod", &webhook.Admission{Handler: admission.HandlerFunc(validatePod)})
+	server.Register("/mutate-pod", &webhook.Admission{Handler: admission.HandlerFunc(mutatePod)})
+	if err := server.Start(ctrl.SetupSignalHandler()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

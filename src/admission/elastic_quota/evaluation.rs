@@ -1,0 +1,470 @@
+//! Spec 2.6: quota evaluation. A pod is admitted only if the quota's recorded child requests plus the
+//! pod's stay within its limit; admitted pods are recorded in the `child-request` annotation.
+//!
+//! Concurrent pods for one quota are coalesced: they queue per quota, and one task evaluates the whole
+//! queue against one read of the quota and records it with one write (retried on conflict), so a
+//! burst costs a few writes and can never admit more than the limit allows.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use super::quota_store::{QuotaStore, StoreError};
+use crate::apis::ElasticQuota;
+use crate::resources::Resources;
+
+pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
+pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
+/// Audit annotation carrying the child-request value evaluation wrote (or would write).
+pub const AUDIT_CHILD_REQUEST: &str = "koord-webhook/child-request";
+
+/// Attempts at writing one batch before its pods are rejected.
+pub const MAX_WRITE_ATTEMPTS: usize = 3;
+
+/// Resource names a pod can consume from a quota.
+const POD_RESOURCES: &[&str] = &[
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+    "kubernetes.io/batch-cpu",
+    "kubernetes.io/batch-memory",
+    "kubernetes.io/mid-cpu",
+    "kubernetes.io/mid-memory",
+    "koordinator.sh/gpu",
+    "nvidia.com/gpu",
+    "koordinator.sh/gpu.shared",
+    "koordinator.sh/gpu-memory-ratio",
+];
+
+/// A quota's limit and what it has admitted so far.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    namespace: String,
+    name: String,
+    used: Resources,
+    limit: Resources,
+    names: BTreeSet<String>,
+}
+
+fn annotation<'a>(quota: &'a ElasticQuota, key: &str) -> Option<&'a str> {
+    quota
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+impl Ledger {
+    pub fn read(quota: &ElasticQuota) -> Result<Self, String> {
+        let used = match annotation(quota, CHILD_REQUEST) {
+            Some(json) => Resources::parse_json(json)?,
+            None => Resources::default(),
+        };
+        let max = Resources::parse(quota.spec.max.as_ref()).map_err(|e| e.to_string())?;
+        let limit = match annotation(quota, ADMISSION_LIMIT) {
+            Some(json) => Some(Resources::parse_json(json)?)
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| max.clone()),
+            None => max.clone(),
+        };
+        Ok(Self {
+            namespace: quota.metadata.namespace.clone().unwrap_or_default(),
+            name: quota.metadata.name.clone().unwrap_or_default(),
+            used,
+            limit,
+            names: max.keys().cloned().collect(),
+        })
+    }
+
+    /// Whether the quota limits anything a pod consumes.
+    pub fn limits_pods(&self) -> bool {
+        self.names
+            .iter()
+            .any(|n| POD_RESOURCES.contains(&n.as_str()))
+    }
+
+    /// The part of a pod's requests this quota counts: its max keys, non-zero values.
+    pub fn usage_of(&self, requests: &Resources) -> Resources {
+        requests
+            .0
+            .iter()
+            .filter(|(k, q)| self.names.contains(*k) && !q.is_zero())
+            .map(|(k, q)| (k.clone(), *q))
+            .collect()
+    }
+
+    /// Checks `usage` against the limit and, if it fits, records it.
+    pub fn admit(&mut self, usage: &Resources) -> Result<(), String> {
+        let mut new_used = self.used.clone();
+        new_used.add(usage);
+        let exceeded: Vec<&String> = self
+            .limit
+            .0
+            .iter()
+            .filter(|(k, limit)| usage.contains(k) && new_used.get(k) > **limit)
+            .map(|(k, _)| k)
+            .collect();
+        if !exceeded.is_empty() {
+            let only = |r: &Resources| -> Resources {
+                exceeded
+                    .iter()
+                    .filter_map(|k| r.0.get(*k).map(|q| ((*k).clone(), *q)))
+                    .collect()
+            };
+            return Err(format!(
+                "exceeded quota: {}/{}, requested: {}, used: {}, limited: {}",
+                self.namespace,
+                self.name,
+                only(usage).describe(),
+                only(&self.used).describe(),
+                only(&self.limit).describe()
+            ));
+        }
+        self.used = new_used;
+        Ok(())
+    }
+
+    pub fn used_json(&self) -> String {
+        serde_json::to_string(&self.used.to_quantities()).unwrap_or_default()
+    }
+}
+
+struct Pending {
+    usage: Resources,
+    reply: oneshot::Sender<Result<String, String>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    running: bool,
+}
+
+/// Per-quota queues, and (without a store) what has been admitted so far.
+#[derive(Default)]
+pub struct Evaluator {
+    queues: Mutex<HashMap<(String, String), Queue>>,
+    /// Without a store: the quota as evaluation last left it, so admissions add up.
+    recorded: Mutex<HashMap<(String, String), ElasticQuota>>,
+}
+
+impl Evaluator {
+    /// Evaluates one pod's usage against `quota` (as the cache has it). Returns the child-request JSON
+    /// written, or the rejection message. A dry run is checked but neither queued nor written.
+    pub async fn evaluate(
+        self: &Arc<Self>,
+        quota: &ElasticQuota,
+        usage: Resources,
+        store: Option<Arc<dyn QuotaStore>>,
+        dry_run: bool,
+    ) -> Result<String, String> {
+        let key = (
+            quota.metadata.namespace.clone().unwrap_or_default(),
+            quota.metadata.name.clone().unwrap_or_default(),
+        );
+        if dry_run {
+            let current = self.latest(&key, quota, store.as_deref()).await?;
+            let mut ledger = Ledger::read(&current)?;
+            ledger.admit(&usage)?;
+            return Ok(ledger.used_json());
+        }
+        let (reply, answer) = oneshot::channel();
+        let start_worker = {
+            let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+            let queue = queues.entry(key.clone()).or_default();
+            queue.pending.push(Pending { usage, reply });
+            !std::mem::replace(&mut queue.running, true)
+        };
+        if start_worker {
+            let (evaluator, initial) = (self.clone(), quota.clone());
+            tokio::spawn(async move { evaluator.drain(key, initial, store).await });
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err("elastic quota evaluation was interrupted".to_owned()))
+    }
+
+    async fn latest(
+        &self,
+        key: &(String, String),
+        cached: &ElasticQuota,
+        store: Option<&dyn QuotaStore>,
+    ) -> Result<ElasticQuota, String> {
+        match store {
+            Some(store) => store.get(&key.0, &key.1).await.map_err(|e| e.to_string()),
+            None => Ok(self
+                .recorded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| cached.clone())),
+        }
+    }
+
+    /// Works through the queue of one quota until it is empty.
+    async fn drain(
+        self: Arc<Self>,
+        key: (String, String),
+        cached: ElasticQuota,
+        store: Option<Arc<dyn QuotaStore>>,
+    ) {
+        loop {
+            let batch: Vec<Pending> = {
+                let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                let queue = queues.entry(key.clone()).or_default();
+                if queue.pending.is_empty() {
+                    queue.running = false;
+                    queues.remove(&key);
+                    return;
+                }
+                std::mem::take(&mut queue.pending)
+            };
+            // A request the API server already gave up on must not consume quota.
+            let batch: Vec<Pending> = batch.into_iter().filter(|p| !p.reply.is_closed()).collect();
+            let results = self
+                .run_batch(&key, &cached, store.as_deref(), &batch)
+                .await;
+            for (pending, result) in batch.into_iter().zip(results) {
+                let _ = pending.reply.send(result);
+            }
+        }
+    }
+
+    async fn run_batch(
+        &self,
+        key: &(String, String),
+        cached: &ElasticQuota,
+        store: Option<&dyn QuotaStore>,
+        batch: &[Pending],
+    ) -> Vec<Result<String, String>> {
+        let all = |message: String| batch.iter().map(|_| Err(message.clone())).collect();
+        for attempt in 1..=MAX_WRITE_ATTEMPTS {
+            let quota = match self.latest(key, cached, store).await {
+                Ok(quota) => quota,
+                Err(e) => return all(e),
+            };
+            let mut ledger = match Ledger::read(&quota) {
+                Ok(ledger) => ledger,
+                Err(e) => return all(e),
+            };
+            let verdicts: Vec<Result<(), String>> =
+                batch.iter().map(|p| ledger.admit(&p.usage)).collect();
+            if verdicts.iter().all(Result::is_err) {
+                return verdicts
+                    .into_iter()
+                    .map(|v| v.map(|_| String::new()))
+                    .collect();
+            }
+            let used = ledger.used_json();
+            let mut updated = quota.clone();
+            updated
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(CHILD_REQUEST.to_owned(), used.clone());
+            let written = match store {
+                None => {
+                    self.recorded
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.clone(), updated);
+                    Ok(())
+                }
+                Some(store) => store.replace(&updated).await.map(|_| ()),
+            };
+            match written {
+                Ok(()) => {
+                    return verdicts
+                        .into_iter()
+                        .map(|v| v.map(|_| used.clone()))
+                        .collect();
+                }
+                Err(StoreError::Conflict) if attempt < MAX_WRITE_ATTEMPTS => continue,
+                Err(e) => {
+                    let message =
+                        format!("failed to update elastic quota {}/{}: {e}", key.0, key.1);
+                    return verdicts
+                        .into_iter()
+                        .map(|v| v.and(Err(message.clone())))
+                        .collect();
+                }
+            }
+        }
+        all("elastic quota evaluation gave up".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::elastic_quota::quota_store::MemoryQuotaStore;
+    use serde_json::json;
+    use std::sync::atomic::Ordering;
+
+    fn quota(annotations: serde_json::Value) -> ElasticQuota {
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": "q", "namespace": "team", "annotations": annotations},
+            "spec": {"max": {"cpu": "10", "memory": "10Gi"}}
+        }))
+        .unwrap()
+    }
+
+    fn cpu(v: &str) -> Resources {
+        Resources::parse_json(&format!(r#"{{"cpu":"{v}"}}"#)).unwrap()
+    }
+
+    #[test]
+    fn ledger_admits_within_the_limit_and_explains_excess() {
+        let mut ledger = Ledger::read(&quota(json!({CHILD_REQUEST: r#"{"cpu":"8"}"#}))).unwrap();
+        assert!(ledger.limits_pods());
+        ledger.admit(&cpu("2")).unwrap();
+        assert_eq!(ledger.used_json(), r#"{"cpu":"10"}"#);
+        assert_eq!(
+            ledger.admit(&cpu("500m")).unwrap_err(),
+            "exceeded quota: team/q, requested: cpu=500m, used: cpu=10, limited: cpu=10"
+        );
+        let fresh = Ledger::read(&quota(json!({}))).unwrap();
+        let requests = Resources::parse_json(r#"{"cpu":"1","memory":"0","gpu":"1"}"#).unwrap();
+        assert_eq!(
+            fresh.usage_of(&requests).describe(),
+            "cpu=1",
+            "only max keys, only non-zero"
+        );
+        // The admission annotation replaces max as the limit when it lists something.
+        let mut limited = Ledger::read(&quota(json!({ADMISSION_LIMIT: r#"{"cpu":"1"}"#}))).unwrap();
+        assert!(
+            limited
+                .admit(&cpu("2"))
+                .unwrap_err()
+                .contains("limited: cpu=1")
+        );
+        let mut unlimited_memory =
+            Ledger::read(&quota(json!({ADMISSION_LIMIT: r#"{"cpu":"1"}"#}))).unwrap();
+        unlimited_memory
+            .admit(&Resources::parse_json(r#"{"memory":"100Gi"}"#).unwrap())
+            .unwrap();
+        assert!(Ledger::read(&quota(json!({CHILD_REQUEST: "{bad"}))).is_err());
+        let used_missing = Ledger::read(&quota(json!({})))
+            .unwrap()
+            .admit(&cpu("11"))
+            .unwrap_err();
+        assert_eq!(
+            used_missing,
+            "exceeded quota: team/q, requested: cpu=11, used: , limited: cpu=10"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_at_the_limit_admits_none_too_many_with_few_writes() {
+        let store = Arc::new(MemoryQuotaStore::default());
+        store.insert(quota(json!({CHILD_REQUEST: r#"{"cpu":"9"}"#})));
+        let cached = store.current("team", "q").unwrap();
+        let evaluator = Arc::new(Evaluator::default());
+        let dyn_store: Arc<dyn QuotaStore> = store.clone();
+        let tasks: Vec<_> = (0..500)
+            .map(|_| {
+                let (evaluator, cached, store) =
+                    (evaluator.clone(), cached.clone(), dyn_store.clone());
+                tokio::spawn(async move {
+                    evaluator
+                        .evaluate(&cached, cpu("100m"), Some(store), false)
+                        .await
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += usize::from(task.await.unwrap().is_ok());
+        }
+        assert_eq!(admitted, 10, "room for exactly 10 pods of 100m");
+        let recorded = store.current("team", "q").unwrap();
+        assert_eq!(
+            recorded.metadata.annotations.unwrap()[CHILD_REQUEST],
+            r#"{"cpu":"10"}"#
+        );
+        assert!(store.writes() <= 10, "coalesced: {} writes", store.writes());
+    }
+
+    #[tokio::test]
+    async fn conflicts_are_retried_and_dry_runs_write_nothing() {
+        let store = Arc::new(MemoryQuotaStore::default());
+        store.insert(quota(json!({})));
+        let cached = store.current("team", "q").unwrap();
+        let evaluator = Arc::new(Evaluator::default());
+        let dyn_store: Arc<dyn QuotaStore> = store.clone();
+
+        let dry = evaluator
+            .evaluate(&cached, cpu("4"), Some(dyn_store.clone()), true)
+            .await
+            .unwrap();
+        assert_eq!(dry, r#"{"cpu":"4"}"#);
+        assert_eq!(store.writes(), 0);
+        assert!(
+            evaluator
+                .evaluate(&cached, cpu("40"), Some(dyn_store.clone()), true)
+                .await
+                .is_err()
+        );
+
+        store.inject_conflicts.store(2, Ordering::SeqCst);
+        evaluator
+            .evaluate(&cached, cpu("4"), Some(dyn_store.clone()), false)
+            .await
+            .unwrap();
+        assert_eq!(store.writes(), 1);
+        store
+            .inject_conflicts
+            .store(MAX_WRITE_ATTEMPTS, Ordering::SeqCst);
+        let err = evaluator
+            .evaluate(&cached, cpu("1"), Some(dyn_store.clone()), false)
+            .await
+            .unwrap_err();
+        assert!(
+            err.starts_with("failed to update elastic quota team/q"),
+            "{err}"
+        );
+        assert_eq!(
+            store
+                .current("team", "q")
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap()[CHILD_REQUEST],
+            r#"{"cpu":"4"}"#,
+            "a failed write admits nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_store_admissions_still_add_up() {
+        let cached = quota(json!({CHILD_REQUEST: r#"{"cpu":"6"}"#}));
+        let evaluator = Arc::new(Evaluator::default());
+        assert_eq!(
+            evaluator
+                .evaluate(&cached, cpu("3"), None, false)
+                .await
+                .unwrap(),
+            r#"{"cpu":"9"}"#
+        );
+        assert!(
+            evaluator
+                .evaluate(&cached, cpu("3"), None, false)
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            evaluator
+                .evaluate(&cached, cpu("1"), None, false)
+                .await
+                .unwrap(),
+            r#"{"cpu":"10"}"#
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! Spec 2.5: with `EnableQuotaAdmission`, a pod is admitted only if its quota has room for it.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::admission::Operation;
+
+use super::evaluation::{AUDIT_CHILD_REQUEST, Evaluator, Ledger};
+use super::pod_quota::{pod_namespace, resolve_quota_name};
+use super::replace_resources;
+use crate::admission::chain::{Ctx, Step, Validator};
+use crate::admission::outcome::Rejection;
+use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};
+use crate::features::{FeatureGates, Gate};
+use crate::resources::pod_requests::pod_requests;
+
+#[derive(Default)]
+pub struct QuotaEvaluation {
+    evaluator: Arc<Evaluator>,
+}
+
+impl Validator<Pod> for QuotaEvaluation {
+    fn name(&self) -> &'static str {
+        "ElasticQuotaEvaluation"
+    }
+
+    fn enabled(&self, gates: &FeatureGates) -> bool {
+        gates.enabled(Gate::EnableQuotaAdmission)
+    }
+
+    fn validate<'a>(&'a self, ctx: &'a Ctx<'a, Pod>) -> Step<'a> {
+        Step::Pending(Box::pin(self.check(ctx)))
+    }
+}
+
+/// Pods that are done, or past their deletion grace period, hold no quota.
+fn holds_resources(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Failed" | "Succeeded")) {
+        return false;
+    }
+    match &pod.metadata.deletion_timestamp {
+        Some(deleted) => {
+            let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+            let gone = deleted.0 + std::time::Duration::from_secs(grace.max(0) as u64);
+            gone > jiff::Timestamp::now()
+        }
+        None => true,
+    }
+}
+
+impl QuotaEvaluation {
+    async fn check(&self, ctx: &Ctx<'_, Pod>) -> Result<(), Rejection> {
+        let Some(pod) = ctx.object() else {
+            return Ok(());
+        };
+        let namespace = pod_namespace(pod, ctx.request.namespace.as_deref());
+        let name = match ctx.operation() {
+            Operation::Create => resolve_quota_name(pod, namespace, ctx.cache, ctx.gates),
+            Operation::Update if ctx.gates.enabled(Gate::EnableQuotaAdmissionOnUpdate) => {
+                let new = resolve_quota_name(pod, namespace, ctx.cache, ctx.gates);
+                let old = ctx.old_object().map(|old| {
+                    resolve_quota_name(
+                        old,
+                        pod_namespace(old, ctx.request.namespace.as_deref()),
+                        ctx.cache,
+                        ctx.gates,
+                    )
+                });
+                if old.as_deref() == Some(new.as_str()) {
+                    return Ok(());
+                }
+                new
+            }
+            _ => return Ok(()),
+        };
+        if ["", DEFAULT_QUOTA, SYSTEM_QUOTA, ROOT_QUOTA].contains(&name.as_str()) {
+            return Ok(());
+        }
+        let mut quotas = ctx
+            .cache
+            .elastic_quotas
+            .state_filter(|q| q.metadata.name.as_deref() == Some(name.as_str()));
+        let quota = match quotas.len() {
+            0 => {
+                return Err(Rejection::invalid(format!(
+                    "elastic quota {name} not found"
+                )));
+            }
+            1 => quotas.remove(0),
+            _ => {
+                return Err(Rejection::invalid(format!(
+                    "more than one elastic quota {name} found"
+                )));
+            }
+        };
+
+        let transformed;
+        let pod = if ctx.gates.enabled(Gate::ElasticQuotaEvaluationTransformPod)
+            && ctx.gates.enabled(Gate::ReplaceResourcesTransformer)
+        {
+            transformed = replace_resources::apply(pod);
+            &transformed
+        } else {
+            pod
+        };
+        let ledger = Ledger::read(&quota).map_err(Rejection::invalid)?;
+        if !ledger.limits_pods() || !holds_resources(pod) {
+            return Ok(());
+        }
+        let requests = pod_requests(pod).map_err(|e| Rejection::invalid(e.to_string()))?;
+        let usage = ledger.usage_of(&requests);
+        if usage.is_empty() {
+            return Ok(());
+        }
+        let store = ctx.services.quota_store.clone();
+        let used = self
+            .evaluator
+            .evaluate(&quota, usage, store, ctx.request.dry_run)
+            .await
+            .map_err(Rejection::invalid)?;
+        ctx.annotate(AUDIT_CHILD_REQUEST, used);
+        Ok(())
+    }
+}

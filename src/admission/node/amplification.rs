@@ -1,0 +1,295 @@
+//! Spec 4 (+ AmplifyNodeCapacity of 0.1): a node's cpu and memory allocatable are multiplied by its
+//! amplification ratios. The kubelet's own values are kept in `raw-allocatable` (and `raw-capacity`),
+//! re-recorded whenever the kubelet reports a new allocatable, so amplification never compounds.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::core::admission::Operation;
+
+use crate::admission::chain::{Ctx, Mutator, Step};
+use crate::admission::outcome::Rejection;
+use crate::apis::keys::{AMPLIFICATION_RATIO, RAW_ALLOCATABLE, RAW_CAPACITY};
+use crate::features::Gate;
+use crate::resources::Qty;
+
+/// The only resources ever amplified.
+const AMPLIFIED: [&str; 2] = ["cpu", "memory"];
+
+type ResourceList = BTreeMap<String, Quantity>;
+
+pub struct AmplifyNodeResources;
+
+impl Mutator<Node> for AmplifyNodeResources {
+    fn name(&self) -> &'static str {
+        "NodeResourceAmplification"
+    }
+
+    fn mutate<'a>(&'a self, ctx: &'a Ctx<'a, Node>, node: &'a mut Node) -> Step<'a> {
+        if !matches!(ctx.operation(), Operation::Update) {
+            return Ok(()).into();
+        }
+        let keep_capacity = ctx.gates.enabled(Gate::AmplifyNodeCapacity);
+        amplify(ctx.old_object(), node, keep_capacity)
+            .map_err(Rejection::internal)
+            .into()
+    }
+}
+
+/// The cpu and memory entries of a list.
+fn cpu_memory(list: Option<&ResourceList>) -> ResourceList {
+    list.into_iter()
+        .flatten()
+        .filter(|(k, _)| AMPLIFIED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Same keys with the same numeric values (formats may differ).
+fn same_values(a: &ResourceList, b: &ResourceList) -> bool {
+    let milli = |q: &Quantity| Qty::try_from(q).ok().map(|q| q.milli());
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, q)| b.get(k).is_some_and(|other| milli(q) == milli(other)))
+}
+
+fn encode(list: &ResourceList) -> Result<String, String> {
+    let canonical: ResourceList = list
+        .iter()
+        .map(|(k, q)| {
+            let q = Qty::try_from(q)
+                .map(Qty::to_quantity)
+                .unwrap_or_else(|_| q.clone());
+            (k.clone(), q)
+        })
+        .collect();
+    serde_json::to_string(&canonical).map_err(|e| e.to_string())
+}
+
+fn decode(annotation: &str, text: &str) -> Result<ResourceList, String> {
+    serde_json::from_str(text).map_err(|e| format!("failed to parse {annotation} {text:?}: {e}"))
+}
+
+/// Applies the ratios to `node` (the object after the update); `old` is the node before it.
+pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Result<(), String> {
+    let ratios_text = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(AMPLIFICATION_RATIO))
+        .filter(|r| !r.is_empty())
+        .cloned();
+    let Some(ratios_text) = ratios_text else {
+        if let Some(annotations) = node.metadata.annotations.as_mut() {
+            annotations.remove(RAW_ALLOCATABLE);
+            if keep_capacity {
+                annotations.remove(RAW_CAPACITY);
+            }
+        }
+        return Ok(());
+    };
+    let annotations = node.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    let Some(status) = node.status.as_mut() else {
+        return Ok(());
+    };
+    let Some(allocatable) = status.allocatable.as_mut() else {
+        return Ok(());
+    };
+
+    // The kubelet reported a new allocatable: what it says now is the raw value.
+    let reported = cpu_memory(Some(allocatable));
+    let changed = old.is_some_and(|old| {
+        let before = cpu_memory(old.status.as_ref().and_then(|s| s.allocatable.as_ref()));
+        !same_values(&before, &reported)
+    });
+    let recorded = annotations.get(RAW_ALLOCATABLE).cloned();
+    let (raw, raw_capacity) = match recorded {
+        Some(text) if !changed => {
+            let raw = decode(RAW_ALLOCATABLE, &text)?;
+            let capacity = match annotations.get(RAW_CAPACITY) {
+                Some(text) => Some(decode(RAW_CAPACITY, text)?),
+                None => None,
+            };
+            (raw, capacity)
+        }
+        _ => {
+            if !reported.is_empty() {
+                annotations.insert(RAW_ALLOCATABLE.to_owned(), encode(&reported)?);
+            }
+            (reported, None)
+        }
+    };
+    let raw_capacity = match raw_capacity {
+        Some(c) => Some(c),
+        None if keep_capacity => {
+            let capacity = cpu_memory(status.capacity.as_ref());
+            if !capacity.is_empty() {
+                annotations.insert(RAW_CAPACITY.to_owned(), encode(&capacity)?);
+            }
+            Some(capacity)
+        }
+        None => None,
+    };
+
+    let ratios: BTreeMap<String, f64> = serde_json::from_str(&ratios_text)
+        .map_err(|e| format!("failed to parse {AMPLIFICATION_RATIO} {ratios_text:?}: {e}"))?;
+    for resource in AMPLIFIED {
+        let Some(ratio) = ratios.get(resource).copied().filter(|r| *r > 1.0) else {
+            continue;
+        };
+        let Some(raw_value) = raw.get(resource) else {
+            continue;
+        };
+        let raw_value = Qty::try_from(raw_value).map_err(|e| e.to_string())?;
+        // Truncated toward zero on milli-units, as Koordinator computes it.
+        let amplified_milli = (raw_value.milli() as f64 * ratio) as i128;
+        let amplified = Qty::from_milli(amplified_milli, raw_value.format());
+        allocatable.insert(resource.to_owned(), amplified.to_quantity());
+
+        // The reserved part (capacity - allocatable) stays as the kubelet reported it.
+        let raw_cap = raw_capacity.as_ref().and_then(|c| c.get(resource));
+        if let (Some(raw_cap), Some(capacity)) = (raw_cap, status.capacity.as_mut()) {
+            let raw_cap = Qty::try_from(raw_cap).map_err(|e| e.to_string())?;
+            let milli = amplified_milli + (raw_cap.milli() - raw_value.milli());
+            capacity.insert(
+                resource.to_owned(),
+                Qty::from_milli(milli, raw_cap.format()).to_quantity(),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(
+        annotations: serde_json::Value,
+        capacity: serde_json::Value,
+        allocatable: serde_json::Value,
+    ) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "annotations": annotations},
+            "status": {"capacity": capacity, "allocatable": allocatable}
+        }))
+        .unwrap()
+    }
+
+    fn get<'a>(list: &'a Option<ResourceList>, k: &str) -> &'a str {
+        &list.as_ref().unwrap()[k].0
+    }
+
+    fn ann<'a>(n: &'a Node, k: &str) -> Option<&'a str> {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+    }
+
+    #[test]
+    fn amplifies_cpu_and_memory_only_and_records_raw_values() {
+        let kubelet = json!({"cpu": "4", "memory": "8Gi", "eni": "10"});
+        let old = node(
+            json!({}),
+            json!({"cpu": "5", "memory": "10Gi", "eni": "10"}),
+            kubelet.clone(),
+        );
+        let mut new = node(
+            json!({AMPLIFICATION_RATIO: r#"{"cpu": 1.5, "memory": 1.25, "eni": 3}"#}),
+            json!({"cpu": "5", "memory": "10Gi", "eni": "10"}),
+            kubelet,
+        );
+        amplify(Some(&old), &mut new, true).unwrap();
+        let status = new.status.as_ref().unwrap();
+        assert_eq!(get(&status.allocatable, "cpu"), "6");
+        assert_eq!(get(&status.allocatable, "memory"), "10Gi");
+        assert_eq!(get(&status.allocatable, "eni"), "10");
+        // capacity = amplified allocatable + reserved (1 cpu, 2Gi).
+        assert_eq!(get(&status.capacity, "cpu"), "7");
+        assert_eq!(get(&status.capacity, "memory"), "12Gi");
+        assert_eq!(get(&status.capacity, "eni"), "10");
+        assert_eq!(
+            ann(&new, RAW_ALLOCATABLE),
+            Some(r#"{"cpu":"4","memory":"8Gi"}"#)
+        );
+        assert_eq!(
+            ann(&new, RAW_CAPACITY),
+            Some(r#"{"cpu":"5","memory":"10Gi"}"#)
+        );
+
+        // The next status update carries the amplified values: nothing compounds.
+        let before = new.clone();
+        let mut again = new.clone();
+        amplify(Some(&before), &mut again, true).unwrap();
+        assert_eq!(again, before);
+    }
+
+    #[test]
+    fn a_new_kubelet_report_is_recorded_again() {
+        let recorded =
+            json!({AMPLIFICATION_RATIO: r#"{"cpu": 2}"#, RAW_ALLOCATABLE: r#"{"cpu":"4"}"#});
+        let old = node(recorded.clone(), json!({"cpu": "8"}), json!({"cpu": "8"}));
+        let mut new = node(recorded, json!({"cpu": "8"}), json!({"cpu": "3"}));
+        amplify(Some(&old), &mut new, false).unwrap();
+        assert_eq!(get(&new.status.as_ref().unwrap().allocatable, "cpu"), "6");
+        assert_eq!(ann(&new, RAW_ALLOCATABLE), Some(r#"{"cpu":"3"}"#));
+        assert_eq!(
+            ann(&new, RAW_CAPACITY),
+            None,
+            "never written with the gate off"
+        );
+        assert_eq!(get(&new.status.as_ref().unwrap().capacity, "cpu"), "8");
+    }
+
+    #[test]
+    fn truncates_milli_values_and_ignores_small_ratios() {
+        let mut new = node(
+            json!({AMPLIFICATION_RATIO: r#"{"cpu": 1.333, "memory": 0.5}"#}),
+            json!({}),
+            json!({"cpu": "1", "memory": "1Gi"}),
+        );
+        amplify(None, &mut new, false).unwrap();
+        let status = new.status.as_ref().unwrap();
+        assert_eq!(get(&status.allocatable, "cpu"), "1333m");
+        assert_eq!(get(&status.allocatable, "memory"), "1Gi");
+    }
+
+    #[test]
+    fn removing_the_ratio_drops_the_raw_annotations() {
+        let mut new = node(
+            json!({RAW_ALLOCATABLE: r#"{"cpu":"4"}"#, RAW_CAPACITY: r#"{"cpu":"5"}"#, "other": "x"}),
+            json!({}),
+            json!({"cpu": "6"}),
+        );
+        amplify(None, &mut new, true).unwrap();
+        assert_eq!(ann(&new, RAW_ALLOCATABLE), None);
+        assert_eq!(ann(&new, RAW_CAPACITY), None);
+        assert_eq!(ann(&new, "other"), Some("x"));
+    }
+
+    #[test]
+    fn unparsable_annotations_are_internal_errors() {
+        let mut new = node(
+            json!({AMPLIFICATION_RATIO: "{"}),
+            json!({}),
+            json!({"cpu": "1"}),
+        );
+        assert!(
+            amplify(None, &mut new, false)
+                .unwrap_err()
+                .contains(AMPLIFICATION_RATIO)
+        );
+        let ann = json!({AMPLIFICATION_RATIO: r#"{"cpu": 2}"#, RAW_ALLOCATABLE: "nope"});
+        let old = node(ann.clone(), json!({}), json!({"cpu": "1"}));
+        let mut new = node(ann, json!({}), json!({"cpu": "1"}));
+        assert!(
+            amplify(Some(&old), &mut new, false)
+                .unwrap_err()
+                .contains(RAW_ALLOCATABLE)
+        );
+    }
+}

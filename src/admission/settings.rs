@@ -1,0 +1,43 @@
+//! Settings of the admission rules that come from flags rather than from the cluster.
+
+use crate::install::NAMESPACE;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Namespace of the slo-controller ConfigMap (`--config-namespace`).
+    pub config_namespace: String,
+    /// Name of the slo-controller ConfigMap (`--slo-config-name`).
+    pub slo_config_name: String,
+    /// Every node strategy must carry a unique name (`--node-strategy-name-need-check`).
+    pub node_strategy_name_need_check: bool,
+    /// Upper bound of a node's amplification ratios (`--max-amplification-ratio`).
+    pub max_amplification_ratio: f64,
+    /// Namespace and name of the pod enhanced-validator ConfigMap.
+    pub enhanced_validator_config: (String, String),
+}
+
+pub const DEFAULT_SLO_CONFIG_NAME: &str = "slo-controller-config";
+pub const DEFAULT_MAX_AMPLIFICATION_RATIO: f64 = 5.0;
+pub const DEFAULT_ENHANCED_VALIDATOR_CONFIG: &str = "pod-enhanced-validator-config";
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            config_namespace: NAMESPACE.to_owned(),
+            slo_config_name: DEFAULT_SLO_CONFIG_NAME.to_owned(),
+            node_strategy_name_need_check: false,
+            max_amplification_ratio: DEFAULT_MAX_AMPLIFICATION_RATIO,
+            enhanced_validator_config: (
+                NAMESPACE.to_owned(),
+                DEFAULT_ENHANCED_VALIDATOR_CONFIG.to_owned(),
+            ),
+        }
+    }
+}
+
+impl Settings {
+    /// Whether `namespace/name` is the slo-controller ConfigMap.
+    pub fn is_slo_config(&self, namespace: &str, name: &str) -> bool {
+        namespace == self.config_namespace && name == self.slo_config_name
+    }
+}

@@ -1,0 +1,214 @@
+//! The operator's own CA and the serving certificates it signs, and what is read back from PEM:
+//! validity windows, bundles, and whether a serving certificate verifies against a bundle.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
+use time::OffsetDateTime;
+
+use super::{BACKDATE, CertError, PemPair, random_serial};
+
+/// Why a PEM document is not what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    #[error("no certificate in the PEM data")]
+    NoCertificate,
+    #[error("malformed certificate: {0}")]
+    Malformed(String),
+}
+
+fn params(common_name: &str, validity: Duration) -> Result<CertificateParams, CertError> {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - BACKDATE;
+    params.not_after = now + validity;
+    params.serial_number = Some(random_serial()?);
+    Ok(params)
+}
+
+/// A new CA (ECDSA P-256) valid for `validity`.
+pub fn issue_ca(validity: Duration) -> Result<PemPair, CertError> {
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = params("koord-webhook-ca", validity)?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let cert = params.self_signed(&key)?;
+    Ok(PemPair {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A serving certificate for `hosts` (DNS names or IP literals) signed by `ca`.
+pub fn issue_serving(
+    ca: &PemPair,
+    hosts: &[String],
+    validity: Duration,
+) -> Result<PemPair, CertError> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = params("koord-webhook", validity)?;
+    params.subject_alt_names = CertificateParams::new(hosts.to_vec())?.subject_alt_names;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(PemPair {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// The certificates of a PEM document, in order.
+pub fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| PemError::Malformed(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(PemError::NoCertificate);
+    }
+    Ok(certs)
+}
+
+/// The validity window of the first certificate of a PEM document.
+pub fn validity(pem: &[u8]) -> Result<(SystemTime, SystemTime), PemError> {
+    let der = certificates(pem)?.remove(0);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| PemError::Malformed(e.to_string()))?;
+    let to_system = |t: x509_parser::time::ASN1Time| {
+        let secs = t.timestamp();
+        if secs >= 0 {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64)
+        } else {
+            SystemTime::UNIX_EPOCH
+        }
+    };
+    Ok((
+        to_system(cert.validity().not_before),
+        to_system(cert.validity().not_after),
+    ))
+}
+
+/// Whether less than `fraction` of the certificate's lifetime remains at `now`. The lifetime counts
+/// from issuance (notBefore is backdated for clock skew), so seconds-scale validities work.
+pub fn needs_renewal(pem: &[u8], fraction: f64, now: SystemTime) -> bool {
+    match validity(pem) {
+        Ok((from, until)) => {
+            let issued = from + BACKDATE;
+            let lifetime = until.duration_since(issued).unwrap_or_default();
+            let left = until.duration_since(now).unwrap_or_default();
+            left.as_secs_f64() < lifetime.as_secs_f64() * fraction
+        }
+        Err(_) => true,
+    }
+}
+
+/// The PEM text of several certificates, one after the other.
+pub fn bundle<'a>(certs: impl IntoIterator<Item = &'a str>) -> String {
+    certs
+        .into_iter()
+        .map(|c| c.trim_end().to_owned() + "\n")
+        .collect()
+}
+
+/// Checks that `serving_pem` chains to a certificate of `bundle_pem` for `host`, as the API server
+/// would when it calls the webhook at that host.
+pub fn verify_serving(serving_pem: &[u8], bundle_pem: &[u8], host: &str) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let ca_certs = certificates(bundle_pem).map_err(|e| format!("caBundle: {e}"))?;
+    let (added, _) = roots.add_parsable_certificates(ca_certs);
+    if added == 0 {
+        return Err("caBundle holds no usable certificate".to_owned());
+    }
+    let chain = certificates(serving_pem).map_err(|e| format!("serving certificate: {e}"))?;
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        crate::tls::provider(),
+    )
+    .build()
+    .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| format!("host {host}: {e}"))?;
+    use rustls::client::danger::ServerCertVerifier;
+    verifier
+        .verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| {
+            format!("the serving certificate does not verify against the caBundle for {host}: {e}")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serving_pair_verifies_against_its_ca_only() {
+        let ca = issue_ca(Duration::from_secs(3600)).unwrap();
+        let hosts = vec!["svc.ns.svc".to_owned(), "127.0.0.1".to_owned()];
+        let serving = issue_serving(&ca, &hosts, Duration::from_secs(600)).unwrap();
+        verify_serving(
+            serving.cert_pem.as_bytes(),
+            ca.cert_pem.as_bytes(),
+            "svc.ns.svc",
+        )
+        .unwrap();
+        verify_serving(
+            serving.cert_pem.as_bytes(),
+            ca.cert_pem.as_bytes(),
+            "127.0.0.1",
+        )
+        .unwrap();
+        assert!(
+            verify_serving(
+                serving.cert_pem.as_bytes(),
+                ca.cert_pem.as_bytes(),
+                "other.host"
+            )
+            .is_err()
+        );
+        let other = issue_ca(Duration::from_secs(3600)).unwrap();
+        assert!(
+            verify_serving(
+                serving.cert_pem.as_bytes(),
+                other.cert_pem.as_bytes(),
+                "127.0.0.1"
+            )
+            .is_err()
+        );
+        // A bundle of both CAs verifies either.
+        let both = bundle([other.cert_pem.as_str(), ca.cert_pem.as_str()]);
+        verify_serving(serving.cert_pem.as_bytes(), both.as_bytes(), "127.0.0.1").unwrap();
+        assert_eq!(certificates(both.as_bytes()).unwrap().len(), 2);
+        // The pair loads into the server's resolver.
+        crate::tls::CertResolver::new()
+            .set_pem(serving.cert_pem.as_bytes(), serving.key_pem.as_bytes())
+            .unwrap();
+    }
+
+    #[test]
+    fn validity_and_renewal() {
+        let ca = issue_ca(Duration::from_secs(3600)).unwrap();
+        let serving = issue_serving(&ca, &["a".into()], Duration::from_secs(600)).unwrap();
+        let (from, until) = validity(serving.cert_pem.as_bytes()).unwrap();
+        // Backdated by an hour for clock skew, which does not count as lifetime.
+        assert_eq!(until.duration_since(from).unwrap().as_secs(), 4200);
+        let now = SystemTime::now();
+        assert!(!needs_renewal(serving.cert_pem.as_bytes(), 1.0 / 3.0, now));
+        assert!(needs_renewal(
+            serving.cert_pem.as_bytes(),
+            1.0 / 3.0,
+            now + Duration::from_secs(401)
+        ));
+        assert!(needs_renewal(b"garbage", 0.3, now));
+    }
+}

@@ -1,0 +1,300 @@
+//! The leader's certificate work (spec/operator.md 2): issue the CA and the serving pair, renew
+//! them before they run out, rotate the CA in stages, recover lost Secrets, and publish the bundle
+//! in the webhook configurations. One pass of [`Issuer::reconcile`] does what the current state
+//! asks; it runs on start, on every watch event of the Secrets and configurations, and on a timer.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource};
+
+use super::secrets::{self, CaState, Phase, TlsState};
+use super::webhook_configs::{self, Desired, FIELD_MANAGER};
+use crate::certs::{CertError, PemPair, authority};
+use crate::install::NAMESPACE;
+use crate::install::rbac::{SECRET_CA, SECRET_TLS};
+use crate::metrics::{CertLabels, KindLabels, Metrics};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Cert(#[from] CertError),
+}
+
+#[derive(Clone, Debug)]
+pub struct CertPolicy {
+    pub ca_validity: Duration,
+    pub cert_validity: Duration,
+    pub renew_fraction: f64,
+    pub ca_grace: Duration,
+    /// Serving certificate SANs.
+    pub hosts: Vec<String>,
+}
+
+pub struct Issuer {
+    pub client: Client,
+    pub policy: CertPolicy,
+    pub desired: Desired,
+    pub recorder: Recorder,
+}
+
+/// What a pass leaves to do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing until the next event or timer.
+    Idle,
+    /// A rotation step waits: run again after this long.
+    After(Duration),
+}
+
+impl Issuer {
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(SECRET_TLS.to_owned()),
+                namespace: Some(NAMESPACE.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let reference = secret.object_ref(&());
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason, "could not record an event");
+        }
+    }
+
+    async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), IssueError> {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if let Err(e) = self
+            .secrets()
+            .patch(&name, &params, &Patch::Apply(secret))
+            .await
+        {
+            self.event(
+                EventType::Warning,
+                "WriteFailed",
+                format!("could not write Secret {name}: {e}"),
+            )
+            .await;
+            return Err(e.into());
+        }
+        metrics
+            .writes
+            .get_or_create(&KindLabels { kind: "secret" })
+            .inc();
+        Ok(())
+    }
+
+    fn issue_serving(&self, signer: &PemPair, metrics: &Metrics) -> Result<PemPair, CertError> {
+        let pair = authority::issue_serving(signer, &self.policy.hosts, self.policy.cert_validity)?;
+        metrics
+            .cert_rotations
+            .get_or_create(&CertLabels {
+                certificate: "serving",
+            })
+            .inc();
+        Ok(pair)
+    }
+
+    /// One pass over the Secrets and configurations.
+    pub async fn reconcile(&self, metrics: &Metrics) -> Result<Next, IssueError> {
+        let now = SystemTime::now();
+        let api = self.secrets();
+        let stored_ca = api
+            .get_opt(SECRET_CA)
+            .await?
+            .as_ref()
+            .and_then(secrets::read_ca);
+        let stored_tls = api
+            .get_opt(SECRET_TLS)
+            .await?
+            .as_ref()
+            .and_then(secrets::read_tls);
+
+        // The CA: keep it while it is usable; a lost webhook-ca means a new one.
+        let mut ca = match stored_ca.clone() {
+            Some(ca) => ca,
+            None => {
+                let ca = CaState {
+                    ca: authority::issue_ca(self.policy.ca_validity)?,
+                    previous: None,
+                    phase: Phase::Stable,
+                    since: Some(jiff::Timestamp::now()),
+                };
+                metrics
+                    .cert_rotations
+                    .get_or_create(&CertLabels { certificate: "ca" })
+                    .inc();
+                self.event(EventType::Normal, "CAIssued", "issued a new CA".to_owned())
+                    .await;
+                ca
+            }
+        };
+        if ca.phase == Phase::Stable
+            && authority::needs_renewal(ca.ca.cert_pem.as_bytes(), self.policy.renew_fraction, now)
+        {
+            ca = CaState {
+                previous: Some(ca.ca.clone()),
+                ca: authority::issue_ca(self.policy.ca_validity)?,
+                phase: Phase::Publishing,
+                since: Some(jiff::Timestamp::now()),
+            };
+            metrics
+                .cert_rotations
+                .get_or_create(&CertLabels { certificate: "ca" })
+                .inc();
+            self.event(
+                EventType::Normal,
+                "CARotationStarted",
+                "new CA published next to the old one".to_owned(),
+            )
+            .await;
+        }
+        if Some(&ca) != stored_ca.as_ref() {
+            self.apply(&secrets::ca_secret(&ca), metrics).await?;
+        }
+
+        // The bundle trusts both CAs while a rotation is under way; serving is signed by the old CA
+        // until the bundle with the new one is everywhere.
+        let (bundle, signer) = match (&ca.previous, ca.phase) {
+            (Some(previous), Phase::Publishing) => (
+                authority::bundle([previous.cert_pem.as_str(), ca.ca.cert_pem.as_str()]),
+                previous,
+            ),
+            (Some(previous), Phase::Draining) => (
+                authority::bundle([previous.cert_pem.as_str(), ca.ca.cert_pem.as_str()]),
+                &ca.ca,
+            ),
+            _ => (authority::bundle([ca.ca.cert_pem.as_str()]), &ca.ca),
+        };
+        let verify_host = self
+            .policy
+            .hosts
+            .first()
+            .map(String::as_str)
+            .unwrap_or("localhost");
+        let serving = match &stored_tls {
+            Some(tls)
+                if authority::verify_serving(
+                    tls.serving.cert_pem.as_bytes(),
+                    signer.cert_pem.as_bytes(),
+                    verify_host,
+                )
+                .is_ok()
+                    && !authority::needs_renewal(
+                        tls.serving.cert_pem.as_bytes(),
+                        self.policy.renew_fraction,
+                        now,
+                    ) =>
+            {
+                tls.serving.clone()
+            }
+            _ => {
+                let pair = self.issue_serving(signer, metrics)?;
+                self.event(
+                    EventType::Normal,
+                    "CertificateIssued",
+                    "issued a new serving certificate".to_owned(),
+                )
+                .await;
+                pair
+            }
+        };
+        let tls = TlsState { serving, bundle };
+        if Some(&tls) != stored_tls.as_ref() {
+            self.apply(&secrets::tls_secret(&tls, &ca), metrics).await?;
+        }
+        record_not_after(metrics, &ca.ca, &tls.serving);
+        metrics.ca_rotation_phase.set(ca.phase.number());
+
+        if webhook_configs::converge_all(&self.client, &self.desired, tls.bundle.as_bytes()).await?
+        {
+            metrics
+                .writes
+                .get_or_create(&KindLabels {
+                    kind: "webhookconfiguration",
+                })
+                .inc();
+            tracing::info!("webhook configurations updated");
+        }
+
+        // Rotation steps that wait on the published bundle or on time.
+        match ca.phase {
+            Phase::Stable => Ok(Next::Idle),
+            Phase::Publishing => {
+                let published = webhook_configs::published_bundle(&self.client).await;
+                if published.as_deref() == Ok(tls.bundle.as_bytes()) {
+                    ca.phase = Phase::Draining;
+                    ca.since = Some(jiff::Timestamp::now());
+                    self.apply(&secrets::ca_secret(&ca), metrics).await?;
+                    self.event(
+                        EventType::Normal,
+                        "CARotationServing",
+                        "both CAs published; serving from the new CA".to_owned(),
+                    )
+                    .await;
+                    Ok(Next::After(Duration::ZERO))
+                } else {
+                    Ok(Next::After(Duration::from_secs(1)))
+                }
+            }
+            Phase::Draining => {
+                let since = ca.since.unwrap_or_else(jiff::Timestamp::now);
+                let waited = jiff::Timestamp::now().duration_since(since);
+                let waited = Duration::from_secs_f64(waited.as_secs_f64().max(0.0));
+                if waited >= self.policy.ca_grace {
+                    ca.previous = None;
+                    ca.phase = Phase::Stable;
+                    ca.since = Some(jiff::Timestamp::now());
+                    self.apply(&secrets::ca_secret(&ca), metrics).await?;
+                    self.event(
+                        EventType::Normal,
+                        "CARotationDone",
+                        "old CA removed from the bundle".to_owned(),
+                    )
+                    .await;
+                    Ok(Next::After(Duration::ZERO))
+                } else {
+                    Ok(Next::After(self.policy.ca_grace - waited))
+                }
+            }
+        }
+    }
+
+    /// When the next renewal check is due at the latest: a tenth of the shorter lifetime, at most
+    /// a minute.
+    pub fn tick(&self) -> Duration {
+        (self.policy.cert_validity.min(self.policy.ca_validity) / 10)
+            .clamp(Duration::from_millis(500), Duration::from_secs(60))
+    }
+}
+
+pub fn record_not_after(metrics: &Metrics, ca: &PemPair, serving: &PemPair) {
+    for (certificate, pair) in [("ca", ca), ("serving", serving)] {
+        if let Ok((_, until)) = authority::validity(pair.cert_pem.as_bytes()) {
+            let secs = until
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            metrics
+                .cert_not_after
+                .get_or_create(&CertLabels { certificate })
+                .set(secs as i64);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! Cluster mode of `serve` (spec/operator.md): the cache watches, leader election, the leader's
+//! certificate and webhook-configuration work, and on every replica the serving pair taken from the
+//! `webhook-tls` Secret and the readiness proof that the published caBundle verifies it.
+
+pub mod certificates;
+pub mod leader;
+pub mod quota_store;
+pub mod secrets;
+pub mod webhook_configs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::{Notify, watch};
+
+use crate::certs::authority;
+use crate::install::rbac::SECRET_TLS;
+use crate::install::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
+use crate::install::{NAMESPACE, SERVICE_NAME};
+use crate::metrics::ConfigurationLabels;
+use crate::server::Shared;
+use certificates::{CertPolicy, Issuer, Next};
+use leader::LeaseTimings;
+use webhook_configs::Desired;
+
+/// Who issues the serving certificate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CertMode {
+    /// The operator issues and rotates its CA and serving certificate.
+    #[value(name = "self")]
+    SelfManaged,
+    /// `webhook-tls` comes from elsewhere (e.g. cert-manager); the operator only reads it.
+    External,
+}
+
+#[derive(Clone, Debug)]
+pub struct OperatorConfig {
+    pub identity: String,
+    pub leader_elect: bool,
+    pub lease: LeaseTimings,
+    pub cert_mode: CertMode,
+    pub policy: CertPolicy,
+    pub desired: Desired,
+    /// The host name the API server calls the webhook at (readiness verifies the pair for it).
+    pub verify_host: String,
+}
+
+/// The SANs of the serving certificate (spec/operator.md 2).
+pub fn serving_hosts(webhook_host: Option<&str>) -> Vec<String> {
+    let svc = SERVICE_NAME;
+    let mut hosts = vec![
+        format!("{svc}.{NAMESPACE}.svc"),
+        svc.to_owned(),
+        format!("{svc}.{NAMESPACE}"),
+        format!("{svc}.{NAMESPACE}.svc.cluster.local"),
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+    ];
+    if let Some(host) = webhook_host {
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        hosts.retain(|h| *h != host);
+        hosts.insert(0, host);
+    }
+    hosts
+}
+
+/// Runs the operator until `stop` fires; the admission server runs beside it.
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    shared: Arc<Shared>,
+    writer: crate::cache::CacheWriter,
+    stop: watch::Receiver<bool>,
+) {
+    let metrics = shared.admission.metrics();
+    let kick = Arc::new(Notify::new());
+    let (leader_tx, leader_rx) = watch::channel(!config.leader_elect);
+    let cache = writer.reader();
+
+    let cache_task =
+        crate::cache::watch::run(client.clone(), writer, metrics.watch_restarts.clone());
+    let cache_ready = {
+        let shared = shared.clone();
+        async move {
+            shared.readiness.set_not_ready("cache", "not synced yet");
+            let synced = cache.wait_until_synced().await;
+            if synced {
+                shared.readiness.set_ready("cache");
+                tracing::info!(objects = ?cache.sizes(), "cache synced");
+            }
+            loop {
+                for (kind, count) in cache.sizes() {
+                    shared
+                        .admission
+                        .metrics()
+                        .cache_objects
+                        .get_or_create(&crate::metrics::KindLabels { kind })
+                        .set(count as i64);
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
+
+    let election = {
+        let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+        let identity = config.identity.clone();
+        let stop = stop.clone();
+        let leader_elect = config.leader_elect;
+        let timings = config.lease;
+        async move {
+            if leader_elect {
+                leader::run(api, identity, timings, leader_tx, stop).await;
+            } else {
+                let _keep = leader_tx;
+                let mut stop = stop;
+                let _ = stop.changed().await;
+            }
+        }
+    };
+
+    tokio::join!(
+        cache_task,
+        cache_ready,
+        election,
+        watch_serving_pair(client.clone(), shared.clone(), kick.clone()),
+        watch_configurations(client.clone(), kick.clone()),
+        issue_as_leader(
+            client.clone(),
+            &config,
+            leader_rx.clone(),
+            kick.clone(),
+            metrics
+        ),
+        check_readiness(client.clone(), &config, shared.clone(), kick.clone()),
+    );
+}
+
+/// Every replica serves the pair in `webhook-tls`, swapped in memory when the Secret changes.
+async fn watch_serving_pair(client: Client, shared: Arc<Shared>, kick: Arc<Notify>) {
+    let api: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let config = watcher::Config::default().fields(&format!("metadata.name={SECRET_TLS}"));
+    let mut events = watcher::watcher(api, config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(secret) => {
+                if let Some(tls) = secrets::read_tls(&secret) {
+                    let loaded = shared.resolver.current().map(|p| p.cert_pem.clone());
+                    if loaded.as_deref() != Some(tls.serving.cert_pem.as_bytes()) {
+                        match shared.resolver.set_pem(
+                            tls.serving.cert_pem.as_bytes(),
+                            tls.serving.key_pem.as_bytes(),
+                        ) {
+                            Ok(()) => tracing::info!(
+                                "serving certificate loaded from Secret {SECRET_TLS}"
+                            ),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "Secret {SECRET_TLS} holds an unusable pair")
+                            }
+                        }
+                    }
+                }
+                kick.notify_waiters();
+            }
+            Err(e) => tracing::warn!(error = %e, "watch of Secret {SECRET_TLS} failed; resuming"),
+        }
+    }
+}
+
+/// Changes to the webhook configurations (a blanked caBundle, a deleted configuration) wake the
+/// leader and the readiness check at once.
+async fn watch_configurations(client: Client, kick: Arc<Notify>) {
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    let m = watcher::watcher(
+        mutating,
+        watcher::Config::default().fields(&format!("metadata.name={MUTATING_NAME}")),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()));
+    let v = watcher::watcher(
+        validating,
+        watcher::Config::default().fields(&format!("metadata.name={VALIDATING_NAME}")),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()));
+    let mut events = std::pin::pin!(futures::stream::select(m, v));
+    while let Some(event) = events.next().await {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "watch of the webhook configurations failed; resuming");
+        }
+        kick.notify_waiters();
+    }
+}
+
+/// The leader's loop: a pass on every kick, on its timer, and when it becomes leader.
+async fn issue_as_leader(
+    client: Client,
+    config: &OperatorConfig,
+    mut leader: watch::Receiver<bool>,
+    kick: Arc<Notify>,
+    metrics: &crate::metrics::Metrics,
+) {
+    let reporter = Reporter {
+        controller: "koord-webhook".to_owned(),
+        instance: Some(config.identity.clone()),
+    };
+    let issuer = Issuer {
+        client: client.clone(),
+        policy: config.policy.clone(),
+        desired: config.desired.clone(),
+        recorder: Recorder::new(client, reporter),
+    };
+    let mut wait = Duration::ZERO;
+    loop {
+        let kicked = kick.notified();
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = kicked => {}
+            _ = leader.changed() => {}
+        }
+        let is_leader = *leader.borrow();
+        metrics.leader.set(i64::from(is_leader));
+        if !is_leader || config.cert_mode == CertMode::External {
+            wait = issuer.tick();
+            continue;
+        }
+        wait = match issuer.reconcile(metrics).await {
+            Ok(Next::Idle) => issuer.tick(),
+            Ok(Next::After(d)) => d.min(issuer.tick()),
+            Err(e) => {
+                tracing::warn!(error = %e, "certificate pass failed; retrying");
+                Duration::from_secs(1)
+            }
+        };
+    }
+}
+
+/// Readiness on every replica: the pair it serves verifies against the caBundle published in both
+/// configurations, for the host the API server calls.
+async fn check_readiness(
+    client: Client,
+    config: &OperatorConfig,
+    shared: Arc<Shared>,
+    kick: Arc<Notify>,
+) {
+    let metrics = shared.admission.metrics();
+    loop {
+        let kicked = kick.notified();
+        let verdict = match (
+            shared.resolver.current(),
+            webhook_configs::published_bundle(&client).await,
+        ) {
+            (None, _) => Err("no serving certificate loaded yet".to_owned()),
+            (_, Err(e)) => Err(e),
+            (Some(pair), Ok(bundle)) => {
+                authority::verify_serving(&pair.cert_pem, &bundle, &config.verify_host)
+            }
+        };
+        for configuration in [MUTATING_NAME, VALIDATING_NAME] {
+            metrics
+                .ca_bundle_in_sync
+                .get_or_create(&ConfigurationLabels { configuration })
+                .set(i64::from(verdict.is_ok()));
+        }
+        match verdict {
+            Ok(()) => shared.readiness.set_ready("certificate"),
+            Err(reason) => shared.readiness.set_not_ready("certificate", reason),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = kicked => {}
+        }
+    }
+}

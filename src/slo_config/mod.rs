@@ -1,0 +1,212 @@
+//! The slo-controller ConfigMap (spec 9): its five validated keys as types, their field rules, and
+//! the node-strategy checks shared by /validate-configmap and /validate-node.
+
+pub mod error;
+pub mod network_qos;
+pub mod overlap;
+pub mod rules;
+pub mod types;
+
+use std::collections::BTreeSet;
+
+pub use error::ConfigError;
+use types::*;
+
+use crate::selectors::{self, Labels};
+
+/// The validated data keys, in the order they are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigKey {
+    Colocation,
+    ResourceThreshold,
+    ResourceQos,
+    System,
+    CpuBurst,
+}
+
+impl ConfigKey {
+    pub const CHECK_ORDER: [ConfigKey; 5] = [
+        ConfigKey::Colocation,
+        ConfigKey::ResourceThreshold,
+        ConfigKey::ResourceQos,
+        ConfigKey::System,
+        ConfigKey::CpuBurst,
+    ];
+
+    pub fn data_key(self) -> &'static str {
+        match self {
+            ConfigKey::Colocation => "colocation-config",
+            ConfigKey::ResourceThreshold => "resource-threshold-config",
+            ConfigKey::ResourceQos => "resource-qos-config",
+            ConfigKey::System => "system-config",
+            ConfigKey::CpuBurst => "cpu-burst-config",
+        }
+    }
+
+    /// The word Koordinator's parse errors use.
+    fn parse_name(self) -> &'static str {
+        match self {
+            ConfigKey::Colocation => "colocation",
+            ConfigKey::ResourceThreshold => "resourceThreshold",
+            ConfigKey::ResourceQos => "ResourceQOS",
+            ConfigKey::System => "System",
+            ConfigKey::CpuBurst => "CpuBurst",
+        }
+    }
+}
+
+/// One parsed key.
+// Parsed once per admission and dropped with it: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    Colocation(ColocationCfg),
+    ResourceThreshold(ResourceThresholdCfg),
+    ResourceQos(ResourceQosCfg),
+    System(SystemCfg),
+    CpuBurst(CpuBurstCfg),
+}
+
+fn profiles_of<S>(cfg: &StrategyCfg<S>) -> Vec<&NodeCfgProfile> {
+    cfg.node_strategies.iter().map(|n| &n.profile).collect()
+}
+
+impl Parsed {
+    pub fn parse(key: ConfigKey, text: &str) -> Result<Self, serde_json::Error> {
+        Ok(match key {
+            ConfigKey::Colocation => Parsed::Colocation(serde_json::from_str(text)?),
+            ConfigKey::ResourceThreshold => Parsed::ResourceThreshold(serde_json::from_str(text)?),
+            ConfigKey::ResourceQos => Parsed::ResourceQos(serde_json::from_str(text)?),
+            ConfigKey::System => Parsed::System(serde_json::from_str(text)?),
+            ConfigKey::CpuBurst => Parsed::CpuBurst(serde_json::from_str(text)?),
+        })
+    }
+
+    /// The node strategies' names and selectors, in config order.
+    pub fn profiles(&self) -> Vec<&NodeCfgProfile> {
+        match self {
+            Parsed::Colocation(c) => c.node_configs.iter().map(|n| &n.profile).collect(),
+            Parsed::ResourceThreshold(c) => profiles_of(c),
+            Parsed::ResourceQos(c) => profiles_of(c),
+            Parsed::System(c) => profiles_of(c),
+            Parsed::CpuBurst(c) => profiles_of(c),
+        }
+    }
+
+    fn violations(&self) -> rules::Violations {
+        match self {
+            Parsed::Colocation(c) => rules::check_colocation(c),
+            Parsed::ResourceThreshold(c) => {
+                rules::check_key("ResourceThresholdCfg", "ResourceThresholdStrategy", c)
+            }
+            Parsed::ResourceQos(c) => rules::check_key("ResourceQOSCfg", "ResourceQOSStrategy", c),
+            Parsed::System(c) => rules::check_key("SystemCfg", "SystemStrategy", c),
+            Parsed::CpuBurst(c) => rules::check_key("CPUBurstCfg", "CPUBurstStrategy", c),
+        }
+    }
+}
+
+/// What a key's check needs besides its text.
+pub struct CheckEnv<'a> {
+    /// `namespace/name` of the ConfigMap, for parse errors.
+    pub config_map: &'a str,
+    pub name_need_check: bool,
+    /// `system-config` of the same ConfigMap when it parses (network QoS totals).
+    pub system: Option<&'a SystemCfg>,
+}
+
+/// Spec 9.1 steps 1-5 for one key: parse, node selectors, field rules, names, overlap.
+pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parsed, ConfigError> {
+    let parsed = Parsed::parse(key, text).map_err(|e| {
+        ConfigError::ParseConfigFail(format!(
+            "Failed to parse {} config in configmap {}, err: {e}",
+            key.parse_name(),
+            env.config_map
+        ))
+    })?;
+    let config = key.data_key();
+    let profiles = parsed.profiles();
+    for profile in &profiles {
+        let selector = profile
+            .node_selector
+            .as_ref()
+            .filter(|s| !selectors::is_empty(s));
+        let Some(selector) = selector else {
+            return Err(ConfigError::ConfigParamInvalid(format!(
+                "nodeConfigs NodeSelector must not empty error! configType: {config},nodeConfig name:{}",
+                profile.name
+            )));
+        };
+        selectors::validate(selector).map_err(|e| {
+            ConfigError::ConfigParamInvalid(format!(
+                "nodeConfigs NodeSelector convert to selector error! configType: {config},nodeConfig name:{}, err: {e}",
+                profile.name
+            ))
+        })?;
+    }
+    let violations = parsed.violations();
+    if !violations.errors.is_empty() {
+        return Err(ConfigError::FieldsInvalid(violations.errors));
+    }
+    if let Parsed::ResourceQos(qos) = &parsed {
+        network_qos::check(qos, env.system).map_err(ConfigError::Plain)?;
+    }
+    if env.name_need_check {
+        let mut seen = BTreeSet::new();
+        for profile in &profiles {
+            if profile.name.is_empty() {
+                return Err(ConfigError::ConfigParamInvalid(format!(
+                    "nodeConfig Name need! configType:{config}"
+                )));
+            }
+            if !seen.insert(profile.name.as_str()) {
+                return Err(ConfigError::ConfigParamInvalid(format!(
+                    "nodeConfig Name confilict, configType:{config},nodeConfig Name:{}! ",
+                    profile.name
+                )));
+            }
+        }
+    }
+    if let Some(strategies) = overlap::first_overlap(&profiles) {
+        return Err(ConfigError::NodeStrategiesOverlap {
+            config: config.to_owned(),
+            strategies,
+        });
+    }
+    Ok(parsed)
+}
+
+/// The conflict a node's labels cause when several strategies of a key match it.
+pub fn node_conflict(
+    key: ConfigKey,
+    parsed: &Parsed,
+    node: &str,
+    labels: &Labels,
+) -> Option<ConfigError> {
+    let profiles = parsed.profiles();
+    if profiles.len() < 2 {
+        return None;
+    }
+    let strategies = overlap::matching(&profiles, labels);
+    (strategies.len() > 1).then(|| ConfigError::ExistNodeConfict {
+        config: key.data_key().to_owned(),
+        strategies,
+        example_nodes: vec![node.to_owned()],
+    })
+}
+
+/// Every key that parses, for checks that skip what does not ("force parse", spec 5).
+pub fn parse_leniently(
+    data: &std::collections::BTreeMap<String, String>,
+) -> Vec<(ConfigKey, Parsed)> {
+    ConfigKey::CHECK_ORDER
+        .into_iter()
+        .filter_map(|key| {
+            let text = data.get(key.data_key()).filter(|t| !t.is_empty())?;
+            Parsed::parse(key, text).ok().map(|p| (key, p))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,545 @@
+//! The operator against a real kube-apiserver: certificates issued and rotated, caBundles kept,
+//! drift and loss repaired, external certificates verified. The API server calls the webhook over
+//! TLS in URL mode (127.0.0.1); the operator runs with the RBAC of `manifests/` by impersonating its
+//! ServiceAccount.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use koord_webhook::certs::authority;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::operator::{Cluster, Load, eventually};
+
+const NS: &str = "koordinator-system";
+const MUTATING: &str = "koordinator-mutating-webhook-configuration";
+const VALIDATING: &str = "koordinator-validating-webhook-configuration";
+
+fn data(secret: &Secret, key: &str) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// Every entry's caBundle of both configurations.
+async fn bundles(client: &kube::Client) -> Vec<Vec<u8>> {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mut out = Vec::new();
+    for w in m.get(MUTATING).await.unwrap().webhooks.unwrap_or_default() {
+        out.push(w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default());
+    }
+    for w in v
+        .get(VALIDATING)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap_or_default()
+    {
+        out.push(w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default());
+    }
+    out
+}
+
+fn pod(name: &str, annotations: serde_json::Value) -> Pod {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    )
+    .unwrap()
+}
+
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_install_rotation_drift_and_loss() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let operator = cluster.operator(
+        "replica-a",
+        &["--cert-validity", "8s", "--renew-fraction", "0.5"],
+    );
+
+    // 1. Fresh install: both Secrets, the bundle on every entry, ready, and the API server calls us.
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let ca_secret = secrets.get("webhook-ca").await.unwrap();
+    let tls_secret = secrets.get("webhook-tls").await.unwrap();
+    assert_eq!(tls_secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let ca_pem = data(&ca_secret, "ca.crt");
+    let bundle = data(&tls_secret, "ca.crt");
+    assert_eq!(bundle.trim(), ca_pem.trim());
+    let published = bundles(&client).await;
+    assert_eq!(published.len(), 9, "every entry of spec 0.4");
+    assert!(
+        published.iter().all(|b| *b == bundle.as_bytes()),
+        "caBundle on every entry"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let denied = pods
+        .create(
+            &dry_run(),
+            &pod(
+                "reserved",
+                json!({"scheduling.koordinator.sh/reserve-pod": "true"}),
+            ),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(denied.contains("cannot set in annotations"), "{denied}");
+    pods.create(&dry_run(), &pod("plain", json!({})))
+        .await
+        .unwrap();
+
+    // 2. Serving rotation every few seconds while pods are created: no failure, no restart.
+    let first_serving = data(&tls_secret, "tls.crt");
+    let load = Load::start(client.clone());
+    let mut certs = BTreeSet::from([first_serving]);
+    let started = std::time::Instant::now();
+    while certs.len() < 3 && started.elapsed() < Duration::from_secs(40) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        certs.insert(data(&secrets.get("webhook-tls").await.unwrap(), "tls.crt"));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (ok, failures) = load.stop().await;
+    assert!(
+        certs.len() >= 3,
+        "at least two rotations, saw {} certificates",
+        certs.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failed of {}: {:?}",
+        failures.len(),
+        ok + failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert!(ok > 10, "the load ran: {ok}");
+    let metrics = operator.metrics().await;
+    assert!(
+        metrics.contains("koord_webhook_certificate_rotations_total{certificate=\"serving\"}"),
+        "{metrics}"
+    );
+
+    // 3. Drift: a blanked caBundle comes back.
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let blank =
+        json!([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""}]);
+    let blank: json_patch::Patch = serde_json::from_value(blank).unwrap();
+    mutating
+        .patch(MUTATING, &PatchParams::default(), &Patch::<()>::Json(blank))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the caBundle to be restored",
+        || async {
+            let b = bundles(&client).await;
+            b.iter().all(|b| *b == bundle.as_bytes()).then_some(())
+        },
+    )
+    .await;
+
+    // 4. webhook-tls deleted: recreated with the same CA.
+    secrets
+        .delete("webhook-tls", &DeleteParams::default())
+        .await
+        .unwrap();
+    let recreated = eventually(
+        Duration::from_secs(15),
+        "webhook-tls to be recreated",
+        || async { secrets.get_opt("webhook-tls").await.unwrap() },
+    )
+    .await;
+    assert_eq!(
+        data(&recreated, "ca.crt").trim(),
+        ca_pem.trim(),
+        "same CA kept"
+    );
+
+    // Both deleted: a new CA, and readiness returns.
+    secrets
+        .delete("webhook-tls", &DeleteParams::default())
+        .await
+        .unwrap();
+    secrets
+        .delete("webhook-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    let new_ca = eventually(Duration::from_secs(15), "a new CA", || async {
+        let s = secrets.get_opt("webhook-ca").await.unwrap()?;
+        let pem = data(&s, "ca.crt");
+        (pem.trim() != ca_pem.trim()).then_some(pem)
+    })
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the new bundle everywhere and readiness",
+        || async {
+            let everywhere = bundles(&client)
+                .await
+                .iter()
+                .all(|b| String::from_utf8_lossy(b).trim() == new_ca.trim());
+            (everywhere && operator.readyz().await.0 == 200).then_some(())
+        },
+    )
+    .await;
+    pods.create(&dry_run(), &pod("after-new-ca", json!({})))
+        .await
+        .unwrap();
+    drop(operator);
+
+    // 5. A gate turned off removes its entries.
+    let operator = cluster.operator(
+        "replica-b",
+        &["--feature-gates", "NodeValidatingWebhook=false"],
+    );
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    eventually(Duration::from_secs(30), "vnode to be removed", || async {
+        let names: Vec<String> = validating
+            .get(VALIDATING)
+            .await
+            .unwrap()
+            .webhooks
+            .unwrap_or_default()
+            .into_iter()
+            .map(|w| w.name)
+            .collect();
+        (!names.contains(&"vnode.koordinator.sh".to_owned()) && names.len() == 3).then_some(())
+    })
+    .await;
+    operator.wait_ready(Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_certificates_are_read_and_checked_never_written() {
+    let cluster = Cluster::start().await;
+    let (cp, client) = (&cluster.cp, cluster.client.clone());
+
+    // What cert-manager would have made.
+    let ca = authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    let serving =
+        authority::issue_serving(&ca, &["127.0.0.1".into()], Duration::from_secs(3600)).unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "webhook-tls", "namespace": NS}, "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem}
+    }))
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let operator = cluster.operator("external", &["--cert-mode", "external"]);
+    // The installed configurations carry no caBundle: not ready, and it says why.
+    let reason = eventually(Duration::from_secs(30), "a not-ready reason", || async {
+        let (status, body) = operator.readyz().await;
+        (status == 503 && body.contains("certificate:")).then_some(body)
+    })
+    .await;
+    assert!(reason.contains("caBundle"), "{reason}");
+
+    // A bundle of another CA: still not ready, with the verification failure.
+    let other = authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    let set_bundle = |pem: String| {
+        let cp = &cp;
+        move || {
+            let b64 = base64_encode(pem.as_bytes());
+            for (kind, name, count) in [
+                ("mutatingwebhookconfiguration", MUTATING, 5),
+                ("validatingwebhookconfiguration", VALIDATING, 4),
+            ] {
+                let ops: Vec<_> = (0..count).map(|i| json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": b64})).collect();
+                cp.kubectl_ok(
+                    &[
+                        "patch",
+                        kind,
+                        name,
+                        "--type=json",
+                        "-p",
+                        &serde_json::to_string(&ops).unwrap(),
+                    ],
+                    None,
+                );
+            }
+        }
+    };
+    set_bundle(other.cert_pem.clone())();
+    eventually(
+        Duration::from_secs(20),
+        "a verification failure",
+        || async {
+            let (status, body) = operator.readyz().await;
+            (status == 503 && body.contains("does not verify")).then_some(())
+        },
+    )
+    .await;
+    set_bundle(ca.cert_pem.clone())();
+    operator.wait_ready(Duration::from_secs(20)).await;
+
+    // The Secret is as it was, written by nobody but us.
+    let after = secrets.get("webhook-tls").await.unwrap();
+    assert_eq!(data(&after, "tls.crt"), serving.cert_pem);
+    assert!(secrets.get_opt("webhook-ca").await.unwrap().is_none());
+    let managers: Vec<String> = after
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m == "koord-webhook"),
+        "{managers:?}"
+    );
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The CA bundle of `webhook-tls` as a list of certificates (PEM blocks).
+fn bundle_certs(secret: &Secret) -> Vec<String> {
+    data(secret, "ca.crt")
+        .split_inclusive("-----END CERTIFICATE-----")
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+fn phase(secret: &Secret) -> String {
+    secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("koord-webhook/ca-rotation-phase"))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_ca_rotation_drops_nothing_and_resumes_after_a_restart() {
+    let cluster = Cluster::start().await;
+    let (cp, client) = (&cluster.cp, cluster.client.clone());
+    let args = [
+        "--ca-validity",
+        "30s",
+        "--renew-fraction",
+        "0.5",
+        "--ca-rotation-grace",
+        "3s",
+    ];
+    let operator = cluster.operator("rotating", &args);
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let first = bundle_certs(&secrets.get("webhook-tls").await.unwrap());
+    assert_eq!(first.len(), 1);
+
+    // Under load: the bundle goes old, old+new, new; every entry follows; nothing fails.
+    let load = Load::start(client.clone());
+    let saw_both = Arc::new(AtomicBool::new(false));
+    let new_only = eventually(
+        Duration::from_secs(60),
+        "the old CA to leave the bundle",
+        || {
+            let secrets = secrets.clone();
+            let first = first.clone();
+            let saw = saw_both.clone();
+            async move {
+                let certs = bundle_certs(&secrets.get("webhook-tls").await.unwrap());
+                if certs.len() == 2 && certs.contains(&first[0]) {
+                    saw.store(true, Ordering::Relaxed);
+                }
+                let both_seen = saw.load(Ordering::Relaxed);
+                (both_seen && certs.len() == 1 && certs[0] != first[0]).then_some(certs)
+            }
+        },
+    )
+    .await;
+    let (ok, failures) = load.stop().await;
+    assert!(
+        failures.is_empty(),
+        "{} failed of {}: {:?}",
+        failures.len(),
+        ok + failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert!(ok > 10);
+    // The configurations follow the Secret a moment later; on a slow machine the next rotation
+    // may already have added a third CA beside the new one, so only ask: old gone, new present.
+    eventually(
+        Duration::from_secs(30),
+        "every entry to trust the new CA and not the old",
+        || {
+            let client = client.clone();
+            let (old, new) = (first[0].clone(), new_only[0].clone());
+            async move {
+                bundles(&client)
+                    .await
+                    .iter()
+                    .all(|b| {
+                        let pem = String::from_utf8_lossy(b);
+                        pem.contains(new.trim()) && !pem.contains(old.trim())
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let events = cp.kubectl_ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        None,
+    );
+    assert!(
+        events.contains("CARotationStarted") && events.contains("CARotationDone"),
+        "{events}"
+    );
+
+    // The next rotation, interrupted by a restart mid-way, completes from the recorded phase.
+    let ca_secrets = secrets.clone();
+    eventually(
+        Duration::from_secs(40),
+        "the next rotation to start",
+        || {
+            let secrets = ca_secrets.clone();
+            async move {
+                let s = secrets.get("webhook-ca").await.unwrap();
+                (phase(&s) != "Stable" && !phase(&s).is_empty()).then_some(())
+            }
+        },
+    )
+    .await;
+    let mid = secrets.get("webhook-ca").await.unwrap();
+    let mid_ca = data(&mid, "ca.crt");
+    let old_ca = data(&mid, "previous-ca.crt");
+    assert!(
+        !old_ca.is_empty(),
+        "a rotation under way keeps the previous CA"
+    );
+    drop(operator);
+    let operator = cluster.operator("rotating-again", &args);
+    eventually(
+        Duration::from_secs(40),
+        "the interrupted rotation to finish",
+        || {
+            let secrets = secrets.clone();
+            let (mid_ca, old_ca) = (mid_ca.clone(), old_ca.clone());
+            async move {
+                // Finished: the old CA left the bundle and the new one stayed. (On a slow machine
+                // the next rotation may already be publishing a third CA beside it.)
+                let tls = secrets.get("webhook-tls").await.unwrap();
+                let certs = bundle_certs(&tls);
+                let ca = secrets.get("webhook-ca").await.unwrap();
+                let done = !certs.contains(&old_ca.trim().to_owned())
+                    && (certs.contains(&mid_ca.trim().to_owned())
+                        || data(&ca, "previous-ca.crt").trim() == mid_ca.trim());
+                done.then_some(())
+            }
+        },
+    )
+    .await;
+    operator.wait_ready(Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_writer_and_a_handover() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let lease = [
+        "--lease-duration",
+        "4s",
+        "--lease-renew-deadline",
+        "1s",
+        "--lease-retry-period",
+        "500ms",
+    ];
+    let a = cluster.operator("replica-a", &lease);
+    a.wait_ready(Duration::from_secs(60)).await;
+    let b = cluster.operator("replica-b", &lease);
+    b.wait_ready(Duration::from_secs(60)).await;
+
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), NS);
+    let holder = |l: k8s_openapi::api::coordination::v1::Lease| {
+        l.spec.and_then(|s| s.holder_identity).unwrap_or_default()
+    };
+    assert_eq!(
+        holder(leases.get("koord-webhook").await.unwrap()),
+        "replica-a"
+    );
+    let (ma, mb) = (a.metrics().await, b.metrics().await);
+    assert!(ma.contains("koord_webhook_leader 1"), "{ma}");
+    assert!(mb.contains("koord_webhook_leader 0"), "{mb}");
+    assert!(ma.contains("koord_webhook_cluster_writes_total{kind=\"secret\"}"));
+    assert!(
+        !mb.contains("koord_webhook_cluster_writes_total"),
+        "the follower wrote: {mb}"
+    );
+
+    // The leader killed: the other takes over once the lease (4 s) has run out.
+    drop(a);
+    eventually(Duration::from_secs(8), "replica-b to lead", || async {
+        (holder(leases.get("koord-webhook").await.unwrap()) == "replica-b").then_some(())
+    })
+    .await;
+    // The new leader points the configurations at itself; the API server reaches it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    eventually(
+        Duration::from_secs(15),
+        "admission through replica-b",
+        || async {
+            let denied = pods
+                .create(
+                    &dry_run(),
+                    &pod(
+                        "reserved",
+                        json!({"scheduling.koordinator.sh/reserve-pod": "x"}),
+                    ),
+                )
+                .await
+                .err()?
+                .to_string();
+            denied.contains("cannot set in annotations").then_some(())
+        },
+    )
+    .await;
+    assert!(b.metrics().await.contains("koord_webhook_leader 1"));
+    b.wait_ready(Duration::from_secs(10)).await;
+
+    // SIGTERM: the leader drains, releases the Lease and exits 0; a follower takes over at once.
+    let c = cluster.operator("replica-c", &lease);
+    c.wait_ready(Duration::from_secs(30)).await;
+    let mut b = b;
+    assert!(b.terminate().success(), "{}", b.log_text());
+    assert!(b.log_text().contains("lease released"), "{}", b.log_text());
+    eventually(Duration::from_secs(3), "replica-c to lead", || async {
+        (holder(leases.get("koord-webhook").await.unwrap()) == "replica-c").then_some(())
+    })
+    .await;
+}

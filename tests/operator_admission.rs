@@ -1,0 +1,422 @@
+//! The operator's live cache and admission through a real kube-apiserver: colocation profiles,
+//! QoS rules, quota trees, node amplification, the slo-controller ConfigMap, quota evaluation with
+//! concurrent pods, an API server restart, and `koord-webhook status`.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use koord_webhook::apis::ElasticQuota;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use support::control_plane::ControlPlane;
+use support::operator::{Cluster, Load, eventually};
+
+fn create_params(dry_run: bool) -> PostParams {
+    PostParams {
+        dry_run,
+        ..Default::default()
+    }
+}
+
+fn pod(namespace: &str, name: &str, labels: Value, requests: Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}))
+    .unwrap()
+}
+
+fn apply(cp: &ControlPlane, yaml: &str) {
+    cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(yaml));
+}
+
+fn kubectl_err(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
+    let out = cp.kubectl(args, stdin);
+    assert!(!out.status.success(), "kubectl {args:?} should have failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_through_the_api_server_with_the_live_cache() {
+    let cluster = Cluster::start().await;
+    let (cp, client) = (&cluster.cp, cluster.client.clone());
+    let mut operator = cluster.operator(
+        "live",
+        &[
+            "--feature-gates",
+            "EnableQuotaAdmission=true",
+            "--drain-delay",
+            "3s",
+        ],
+    );
+    operator.wait_ready(Duration::from_secs(60)).await;
+
+    // A profile created while serve runs applies within a second.
+    apply(
+        cp,
+        r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: koord-batch}
+value: 5500
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: spark
+  labels: {koordinator.sh/enable-colocation: "true"}
+---
+apiVersion: config.koordinator.sh/v1alpha1
+kind: ClusterColocationProfile
+metadata: {name: colocation-spark}
+spec:
+  namespaceSelector: {matchLabels: {koordinator.sh/enable-colocation: "true"}}
+  selector: {matchLabels: {app: spark}}
+  qosClass: BE
+  priorityClassName: koord-batch
+  schedulerName: koord-scheduler
+  labels: {koordinator.sh/mutated: "true"}
+"#,
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
+    let spark = pod(
+        "spark",
+        "spark-0",
+        json!({"app": "spark"}),
+        json!({"cpu": "1", "memory": "1Gi"}),
+    );
+    let created = eventually(Duration::from_secs(1), "the profile to apply", || async {
+        let p = pods.create(&create_params(true), &spark).await.ok()?;
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        (labels.get("koordinator.sh/qosClass").map(String::as_str) == Some("BE")).then_some(p)
+    })
+    .await;
+    let spec = created.spec.unwrap();
+    assert_eq!(spec.scheduler_name.as_deref(), Some("koord-scheduler"));
+    assert_eq!(spec.priority, Some(5500));
+    let requests = spec.containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap();
+    assert_eq!(requests["kubernetes.io/batch-cpu"].0, "1k");
+    assert!(!requests.contains_key("cpu"));
+
+    // QoS BE with a koord-prod priority class is rejected with the spec's message.
+    let be_prod = pod(
+        "default",
+        "be-prod",
+        json!({"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-prod"}),
+        json!({}),
+    );
+    let err = Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&create_params(true), &be_prod)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "koordinator.sh/qosClass=BE and priorityClass=koord-prod cannot be used in combination"
+        ),
+        "{err}"
+    );
+
+    // An ElasticQuota tree: defaulted, validated, protected from deletion.
+    cp.kubectl_ok(&["create", "namespace", "team-a"], None);
+    apply(
+        cp,
+        r#"
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: parent-a
+  namespace: team-a
+  labels: {quota.scheduling.koordinator.sh/is-parent: "true"}
+spec: {min: {cpu: "4", memory: 4Gi}, max: {cpu: "8", memory: 8Gi}}
+---
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: child-a1
+  namespace: team-a
+  labels: {quota.scheduling.koordinator.sh/parent: parent-a}
+spec: {min: {cpu: "3", memory: 1Gi}, max: {cpu: "8", memory: 8Gi}}
+"#,
+    );
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "team-a");
+    let child = quotas.get("child-a1").await.unwrap();
+    assert!(
+        child
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("quota.scheduling.koordinator.sh/shared-weight"),
+        "defaulted"
+    );
+    let too_big = r#"
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: child-a2
+  namespace: team-a
+  labels: {quota.scheduling.koordinator.sh/parent: parent-a}
+spec: {min: {cpu: "2", memory: 1Gi}, max: {cpu: "8", memory: 8Gi}}
+"#;
+    let err = kubectl_err(cp, &["create", "-f", "-"], Some(too_big));
+    assert!(
+        err.contains("checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: parent-a"),
+        "{err}"
+    );
+    let err = kubectl_err(
+        cp,
+        &["delete", "elasticquota", "parent-a", "-n", "team-a"],
+        None,
+    );
+    assert!(
+        err.contains("delete quota failed, quota parent-a has 1 child quotas"),
+        "{err}"
+    );
+
+    // Node status amplification on a status patch.
+    apply(
+        cp,
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-1
+  annotations: {node.koordinator.sh/resource-amplification-ratio: '{"cpu": 2}'}
+"#,
+    );
+    cp.kubectl_ok(&["patch", "node", "node-1", "--subresource=status", "--type=merge", "-p",
+        r#"{"status":{"capacity":{"cpu":"5","memory":"8Gi"},"allocatable":{"cpu":"4","memory":"8Gi"}}}"#], None);
+    let node = Api::<Node>::all(client.clone())
+        .get("node-1")
+        .await
+        .unwrap();
+    let status = node.status.unwrap();
+    assert_eq!(status.allocatable.unwrap()["cpu"].0, "8");
+    assert_eq!(status.capacity.unwrap()["cpu"].0, "9");
+
+    // An invalid slo-controller-config is rejected.
+    let bad = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system",
+                     "labels": {"koordinator.sh/configmap-type": "slo-controller-config"}},
+        "data": {"cpu-burst-config": r#"{"clusterStrategy": {"cpuBurstPercent": 0}}"#}});
+    let err = Api::<ConfigMap>::namespaced(client.clone(), "koordinator-system")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bad).unwrap(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("CPUBurstPercent must be 1 or greater"),
+        "{err}"
+    );
+
+    // Quota evaluation: 100 concurrent pods against room for 10 admit exactly 10; a dry run writes nothing.
+    cp.kubectl_ok(&["create", "namespace", "eval"], None);
+    apply(
+        cp,
+        r#"
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata: {name: q-eval, namespace: eval}
+spec: {max: {cpu: "10", memory: 100Gi}}
+"#,
+    );
+    let eval_pods: Api<Pod> = Api::namespaced(client.clone(), "eval");
+    eventually(Duration::from_secs(2), "the quota in the cache", || async {
+        let p = pod(
+            "eval",
+            "probe",
+            json!({"quota.scheduling.koordinator.sh/name": "q-eval"}),
+            json!({"cpu": "11"}),
+        );
+        let err = eval_pods
+            .create(&create_params(true), &p)
+            .await
+            .err()?
+            .to_string();
+        err.contains("exceeded quota").then_some(())
+    })
+    .await;
+    let creates = (0..100).map(|i| {
+        let api = eval_pods.clone();
+        async move {
+            let p = pod(
+                "eval",
+                &format!("p-{i}"),
+                json!({"quota.scheduling.koordinator.sh/name": "q-eval"}),
+                json!({"cpu": "1"}),
+            );
+            api.create(&PostParams::default(), &p).await.is_ok()
+        }
+    });
+    let admitted = futures::future::join_all(creates)
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count();
+    assert_eq!(admitted, 10);
+    let eval_quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "eval");
+    let annotation = |q: ElasticQuota| {
+        q.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("quota.scheduling.koordinator.sh/child-request")
+            .cloned()
+    };
+    let before = annotation(eval_quotas.get("q-eval").await.unwrap());
+    assert!(
+        before
+            .as_deref()
+            .unwrap_or_default()
+            .contains("\"cpu\":\"10\""),
+        "{before:?}"
+    );
+    let p = pod(
+        "eval",
+        "dry",
+        json!({"quota.scheduling.koordinator.sh/name": "q-eval"}),
+        json!({"cpu": "1"}),
+    );
+    assert!(
+        eval_pods.create(&create_params(true), &p).await.is_err(),
+        "full"
+    );
+    assert_eq!(
+        annotation(eval_quotas.get("q-eval").await.unwrap()),
+        before,
+        "a dry run writes nothing"
+    );
+
+    // The API server restarted: watches resume, admission keeps working without a process restart.
+    cp.restart_apiserver();
+    apply(
+        cp,
+        r#"
+apiVersion: config.koordinator.sh/v1alpha1
+kind: ClusterColocationProfile
+metadata: {name: after-restart}
+spec:
+  selector: {matchLabels: {app: late}}
+  labels: {seen-after-restart: "true"}
+"#,
+    );
+    let late = pod("default", "late", json!({"app": "late"}), json!({}));
+    let default_pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    eventually(
+        Duration::from_secs(30),
+        "admission to see objects made after the restart",
+        || async {
+            let p = default_pods
+                .create(&create_params(true), &late)
+                .await
+                .ok()?;
+            p.metadata
+                .labels
+                .unwrap_or_default()
+                .contains_key("seen-after-restart")
+                .then_some(())
+        },
+    )
+    .await;
+    quotas
+        .delete("child-a1", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // `status` for operators, as text and JSON.
+    let run_status = |args: &[&str], kubeconfig: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .arg("status")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap()
+    };
+    let out = run_status(&["--output", "json"], &cp.kubeconfig);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["leader"], "live");
+    assert_eq!(status["rotationPhase"], "Stable");
+    assert!(
+        status["configurations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["caBundleInSync"] == true),
+        "{status}"
+    );
+    assert_eq!(
+        status["configurations"][0]["entries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    assert!(
+        status["recentEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().contains("CertificateIssued")),
+        "{status}"
+    );
+    let text = run_status(&[], &cp.kubeconfig);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("caBundle in sync") && text.contains("failurePolicy Fail"),
+        "{text}"
+    );
+    // Unreachable cluster: one line, non-zero exit.
+    let dead = cluster.dir.path().join("dead.kubeconfig");
+    let cfg = std::fs::read_to_string(&cp.kubeconfig).unwrap();
+    let port = cfg
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://127.0.0.1:"))
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        &dead,
+        cfg.replace(&format!("127.0.0.1:{port}"), "127.0.0.1:1"),
+    )
+    .unwrap();
+    let out = run_status(&[], &dead);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot reach the cluster"), "{stderr}");
+
+    // SIGTERM with requests in flight: the replica keeps serving through its drain delay, answers
+    // what it has, releases the Lease and exits 0.
+    let load = Load::start(client.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    operator.signal_term();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (ok, failed) = load.stop().await;
+    assert!(ok > 5 && failed.is_empty(), "{ok} ok, failed: {failed:?}");
+    assert!(operator.wait().success(), "{}", operator.log_text());
+    assert!(
+        operator.log_text().contains("lease released"),
+        "{}",
+        operator.log_text()
+    );
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "koordinator-system",
+    )
+    .get("koord-webhook")
+    .await
+    .unwrap();
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity), None);
+}

@@ -1,0 +1,185 @@
+//! `koord-webhook review` on the ElasticQuota endpoints and /validate-pod's quota checks, against the
+//! fixture tree: parent-a (is-parent, min cpu 8) > child-a1 (min cpu 2, max cpu 4, 3 CPUs admitted),
+//! and pod web-0 bound to child-a1.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fixture;
+use support::review::{ELASTIC_QUOTA, POD, denial};
+
+const VALIDATE_EQ: &str = "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+
+fn review(path: &str, gates: &str, request: Value) -> Value {
+    support::review::review(
+        &fixture("state"),
+        path,
+        &["--feature-gates", gates],
+        &request,
+    )
+}
+
+fn admission_review(resource: &str, operation: &str, object: Value, old: Value) -> Value {
+    let kind = if resource == "pods" {
+        &POD
+    } else {
+        &ELASTIC_QUOTA
+    };
+    support::review::admission_review(kind, operation, "team-a", object, old)
+}
+
+fn quota(name: &str, labels: Value, spec: Value) -> Value {
+    json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+           "metadata": {"name": name, "namespace": "team-a", "labels": labels}, "spec": spec})
+}
+
+fn pod(labels: Value, cpu: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a", "labels": labels},
+           "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}})
+}
+
+#[test]
+fn quota_creates_are_checked_against_the_tree() {
+    let labels = json!({"quota.scheduling.koordinator.sh/parent": "parent-a", "quota.scheduling.koordinator.sh/tree-id": "tree-1"});
+    let too_big = quota(
+        "child-a2",
+        labels.clone(),
+        json!({"min": {"cpu": "7"}, "max": {"cpu": "8", "memory": "1Gi"}}),
+    );
+    let response = review(
+        VALIDATE_EQ,
+        "",
+        admission_review("elasticquotas", "CREATE", too_big, Value::Null),
+    );
+    assert_eq!(
+        denial(&response),
+        "checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: parent-a"
+    );
+
+    let fits = quota(
+        "child-a2",
+        labels,
+        json!({"min": {"cpu": "6"}, "max": {"cpu": "8", "memory": "1Gi"}}),
+    );
+    let response = review(
+        VALIDATE_EQ,
+        "",
+        admission_review("elasticquotas", "CREATE", fits, Value::Null),
+    );
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[test]
+fn quota_updates_and_deletes() {
+    let child = quota(
+        "child-a1",
+        json!({"quota.scheduling.koordinator.sh/parent": "parent-a", "quota.scheduling.koordinator.sh/tree-id": "tree-1"}),
+        json!({"min": {"cpu": "2", "memory": "4Gi"}, "max": {"cpu": "4", "memory": "8Gi"}}),
+    );
+    let mut moved = child.clone();
+    moved["metadata"]["labels"]["quota.scheduling.koordinator.sh/tree-id"] = json!("tree-2");
+    let response = review(
+        VALIDATE_EQ,
+        "",
+        admission_review("elasticquotas", "UPDATE", moved, child.clone()),
+    );
+    assert_eq!(
+        denial(&response),
+        "child-a1 tree id changed [tree-1] vs [tree-2]"
+    );
+
+    let response = review(
+        VALIDATE_EQ,
+        "",
+        admission_review("elasticquotas", "DELETE", Value::Null, child),
+    );
+    assert_eq!(
+        denial(&response),
+        "delete quota failed, quota child-a1 has 1 child pods: web-0"
+    );
+
+    let parent = quota("parent-a", json!({}), json!({}));
+    let response = review(
+        VALIDATE_EQ,
+        "",
+        admission_review("elasticquotas", "DELETE", Value::Null, parent),
+    );
+    assert_eq!(
+        denial(&response),
+        "delete quota failed, quota parent-a has 1 child quotas"
+    );
+}
+
+#[test]
+fn pods_may_not_join_a_parent_quota() {
+    let bound = pod(
+        json!({"quota.scheduling.koordinator.sh/name": "parent-a"}),
+        "1",
+    );
+    let response = review(
+        "/validate-pod",
+        "",
+        admission_review("pods", "CREATE", bound, Value::Null),
+    );
+    assert_eq!(
+        denial(&response),
+        "pod can not be linked to a parentQuotaGroup,quota:parent-a, pod:p"
+    );
+    let allowed = review(
+        "/validate-pod",
+        "SupportParentQuotaSubmitPod=true",
+        admission_review(
+            "pods",
+            "CREATE",
+            pod(
+                json!({"quota.scheduling.koordinator.sh/name": "parent-a"}),
+                "1",
+            ),
+            Value::Null,
+        ),
+    );
+    assert_eq!(allowed["allowed"], true);
+}
+
+#[test]
+fn quota_evaluation_admits_within_the_limit_and_reports_the_write() {
+    let gates = "EnableQuotaAdmission=true";
+    let labels = json!({"quota.scheduling.koordinator.sh/name": "child-a1"});
+    let response = review(
+        "/validate-pod",
+        gates,
+        admission_review("pods", "CREATE", pod(labels.clone(), "2"), Value::Null),
+    );
+    assert_eq!(
+        denial(&response),
+        "exceeded quota: team-a/child-a1, requested: cpu=2, used: cpu=3, limited: cpu=4"
+    );
+
+    let response = review(
+        "/validate-pod",
+        gates,
+        admission_review("pods", "CREATE", pod(labels.clone(), "1"), Value::Null),
+    );
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(
+        response["auditAnnotations"]["koord-webhook/child-request"],
+        r#"{"cpu":"4"}"#
+    );
+
+    // Gate off: no evaluation at all.
+    let response = review(
+        "/validate-pod",
+        "",
+        admission_review("pods", "CREATE", pod(labels, "2"), Value::Null),
+    );
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("auditAnnotations").is_none());
+
+    let missing = pod(json!({"quota.scheduling.koordinator.sh/name": "nope"}), "1");
+    let response = review(
+        "/validate-pod",
+        gates,
+        admission_review("pods", "CREATE", missing, Value::Null),
+    );
+    assert_eq!(denial(&response), "elastic quota nope not found");
+}
