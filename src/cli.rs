@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// PEM private key of --tls-cert-file.
     #[arg(long, env = "KOORD_WEBHOOK_TLS_KEY_FILE", requires = "tls_cert_file")]
     pub tls_key_file: Option<PathBuf>,
+    /// How often --tls-cert-file/--tls-key-file are re-read; a changed pair is served without a
+    /// restart.
+    #[arg(long, env = "KOORD_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration_arg)]
+    pub tls_reload_interval: Duration,
     /// Serve from a static cache loaded from these files (a YAML/JSON file or a directory) instead of
     /// watching a cluster.
     #[arg(long, env = "KOORD_WEBHOOK_STATE")]

@@ -538,7 +538,7 @@ async fn two_replicas_one_writer_and_a_handover() {
     let mut b = b;
     assert!(b.terminate().success(), "{}", b.log_text());
     assert!(b.log_text().contains("lease released"), "{}", b.log_text());
-    eventually(Duration::from_secs(3), "replica-c to lead", || async {
+    eventually(Duration::from_secs(6), "replica-c to lead", || async {
         (holder(leases.get("koord-webhook").await.unwrap()) == "replica-c").then_some(())
     })
     .await;

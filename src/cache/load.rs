@@ -36,7 +36,8 @@ pub fn load_state(path: &Path) -> Result<CacheWriter, LoadError> {
             path: file.clone(),
             source,
         })?;
-        for (doc, object) in parse_documents(&text).into_iter().enumerate() {
+        let is_json = file.extension().is_some_and(|e| e == "json");
+        for (doc, object) in parse_documents(&text, is_json).enumerate() {
             let fail = |message: String| LoadError::Document {
                 path: file.clone(),
                 doc: doc + 1,
@@ -75,12 +76,22 @@ fn state_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
-/// YAML is a superset of JSON, so one parser reads both; empty documents are skipped.
-fn parse_documents(text: &str) -> Vec<Result<Value, String>> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
-        .filter(|v| !matches!(v, Ok(Value::Null)))
-        .collect()
+/// The documents of one file, decoded one at a time so a large state never sits in memory twice.
+/// JSON files skip the YAML parser, which is much slower on large lists.
+fn parse_documents(
+    text: &str,
+    is_json: bool,
+) -> Box<dyn Iterator<Item = Result<Value, String>> + '_> {
+    if is_json {
+        let one = serde_json::from_str::<Value>(text).map_err(|e| e.to_string());
+        return Box::new(std::iter::once(one));
+    }
+    // YAML is a superset of JSON, so one parser reads both; empty documents are skipped.
+    Box::new(
+        serde_yaml::Deserializer::from_str(text)
+            .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
+            .filter(|v| !matches!(v, Ok(Value::Null))),
+    )
 }
 
 fn flatten_list(value: Value) -> Vec<Value> {
@@ -141,7 +152,7 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
     Ok(object)
 }
 
-/// Keeps what a metadata-only watch would deliver.
+/// Keeps what the metadata-only watches keep.
 fn metadata_only<K>(mut value: Value, kind: &str) -> Result<PartialObjectMeta<K>, String>
 where
     K: kube::Resource<DynamicType = ()>,
@@ -152,7 +163,9 @@ where
         .unwrap_or_default();
     let metadata = serde_json::from_value::<kube::core::ObjectMeta>(metadata)
         .map_err(|e| format!("{kind}: {e}"))?;
-    Ok(metadata.into_response_partial::<K>())
+    let mut partial = metadata.into_response_partial::<K>();
+    super::slim(&mut partial);
+    Ok(partial)
 }
 
 #[cfg(test)]

@@ -72,6 +72,14 @@ pub enum CachedObject {
     Pod(PartialObjectMeta<Pod>),
 }
 
+/// What the cache keeps of a Pod or Node: no plugin reads their annotations, owners or field
+/// managers, which are most of their metadata's size.
+pub fn slim<K>(object: &mut kube::core::PartialObjectMeta<K>) {
+    object.metadata.managed_fields = None;
+    object.metadata.annotations = None;
+    object.metadata.owner_references = None;
+}
+
 impl CacheWriter {
     pub fn reader(&self) -> Cache {
         Cache {

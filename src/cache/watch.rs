@@ -71,12 +71,6 @@ fn follow_topology(
     }
 }
 
-fn slim<K>(object: &mut PartialObjectMeta<K>) {
-    object.metadata.managed_fields = None;
-    object.metadata.annotations = None;
-    object.metadata.owner_references = None;
-}
-
 /// Starts every watch; the returned future runs them all.
 pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabels, Counter>) {
     let CacheWriter {
@@ -95,8 +89,8 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
         watch(Api::<ElasticQuota>::all(client.clone())).inspect(follow_topology(quota_topology));
     // Only names, namespaces and labels are read: managedFields and annotations would be most of
     // the memory of a large cluster's pods.
-    let node_meta = watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(slim);
-    let pod_meta = watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(slim);
+    let node_meta = watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(super::slim);
+    let pod_meta = watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(super::slim);
     let m = || restarts.clone();
     tokio::join!(
         drive("elasticquota", elastic_quotas, quotas, m()),

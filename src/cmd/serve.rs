@@ -20,9 +20,10 @@ use crate::controller::webhook_configs::Desired;
 use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
 use crate::install::{NAMESPACE, SERVICE_NAME, WebhookTarget};
-use crate::metrics::Metrics;
+use crate::metrics::{CertLabels, Metrics};
 use crate::server::{self, Readiness, Shared};
 use crate::tls::CertResolver;
+use crate::tls::files::PairFiles;
 
 fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> OperatorConfig {
     let identity = flags.identity.clone().unwrap_or_else(|| {
@@ -83,7 +84,7 @@ async fn terminated() {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
     let resolver = Arc::new(CertResolver::new());
-    load_serving_pair(&args, &resolver)?;
+    let pair_files = load_serving_pair(&args, &resolver)?;
 
     let (cache, operator) = match &args.state {
         Some(path) => {
@@ -121,6 +122,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");
     let server = server::build(listener, shared.clone())?;
+    if let Some(files) = pair_files {
+        let counted = shared.clone();
+        tokio::spawn(files.watch(
+            shared.resolver.clone(),
+            args.tls_reload_interval,
+            move || {
+                counted
+                    .admission
+                    .metrics()
+                    .cert_rotations
+                    .get_or_create(&CertLabels {
+                        certificate: "serving",
+                    })
+                    .inc();
+            },
+        ));
+    }
     let handle = server.handle();
     let serving = tokio::spawn(server);
 
@@ -160,17 +178,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn load_serving_pair(args: &ServeArgs, resolver: &CertResolver) -> anyhow::Result<()> {
+fn load_serving_pair(
+    args: &ServeArgs,
+    resolver: &CertResolver,
+) -> anyhow::Result<Option<PairFiles>> {
     match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => {
-            let cert_pem = std::fs::read(cert)
-                .with_context(|| format!("--tls-cert-file {}", cert.display()))?;
-            let key_pem =
-                std::fs::read(key).with_context(|| format!("--tls-key-file {}", key.display()))?;
-            resolver
-                .set_pem(&cert_pem, &key_pem)
+            let mut files = PairFiles::new(cert.clone(), key.clone());
+            files
+                .load(resolver)
                 .context("--tls-cert-file/--tls-key-file")?;
             tracing::info!(cert = %cert.display(), "serving certificate loaded from files");
+            return Ok(Some(files));
         }
         _ if args.state.is_none() => {
             tracing::info!("cluster mode: the serving certificate comes from Secret webhook-tls");
@@ -193,5 +212,5 @@ fn load_serving_pair(args: &ServeArgs, resolver: &CertResolver) -> anyhow::Resul
             );
         }
     }
-    Ok(())
+    Ok(None)
 }

@@ -1,5 +1,6 @@
 //! The server's TLS: TLS 1.2 and 1.3 only, with the certificate taken from a swappable resolver.
 
+pub mod files;
 pub mod resolver;
 
 use std::sync::Arc;
