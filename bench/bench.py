@@ -90,7 +90,7 @@ def oha(server, endpoint, body, rate=None, http2=False, keepalive=True, connecti
         duration=None):
     """One oha run; with `rate`, an open-loop fixed rate with latency correction."""
     argv = ["taskset", "-c", "1", OHA, "--no-tui", "--output-format", "json", "--insecure",
-            "-z", f"{duration or DURATION}s", "-c", str(connections),
+            "-z", f"{duration or DURATION}s", "-w", "-c", str(connections),
             "-m", "POST", "-T", "application/json", "-D", os.path.join(OUT, f"{body}.json")]
     if rate:
         argv += ["-q", str(rate), "--latency-correction"]
@@ -220,7 +220,7 @@ def rotation():
     for label in ("without", "with"):
         load = subprocess.Popen(
             ["taskset", "-c", "1", OHA, "--no-tui", "--output-format", "json", "--insecure",
-             "-z", f"{seconds}s", "-c", "16", "-q", "500", "--latency-correction", "--disable-keepalive",
+             "-z", f"{seconds}s", "-w", "-c", "16", "-q", "500", "--latency-correction", "--disable-keepalive",
              "-m", "POST", "-T", "application/json", "-D", os.path.join(OUT, "validate-pod.json"),
              url(server, "validate-pod")], stdout=subprocess.PIPE, text=True)
         if label == "with":

@@ -22,7 +22,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use tracing::Instrument;
 
 use crate::apis::{ElasticQuota, Reservation};
@@ -240,11 +240,14 @@ fn build_endpoint(spec: &'static WebhookSpec) -> Box<dyn Endpoint> {
             spec,
             elastic_quota::validators(),
         )),
-        MUTATE_NODE_STATUS => Box::new(TypedEndpoint::<Node>::mutating(
+        MUTATE_NODE_STATUS => Box::new(TypedEndpoint::<node::Node>::mutating(
             spec,
             node::status_mutators(),
         )),
-        VALIDATE_NODE => Box::new(TypedEndpoint::<Node>::validating(spec, node::validators())),
+        VALIDATE_NODE => Box::new(TypedEndpoint::<node::Node>::validating(
+            spec,
+            node::validators(),
+        )),
         MUTATE_RESERVATION => Box::new(TypedEndpoint::<Reservation>::mutating(
             spec,
             reservation::mutators(),

@@ -36,19 +36,102 @@ pub fn load_state(path: &Path) -> Result<CacheWriter, LoadError> {
             path: file.clone(),
             source,
         })?;
-        let is_json = file.extension().is_some_and(|e| e == "json");
-        for (doc, object) in parse_documents(&text, is_json).enumerate() {
-            let fail = |message: String| LoadError::Document {
-                path: file.clone(),
-                doc: doc + 1,
-                message,
+        let fail = |doc: usize, message: String| LoadError::Document {
+            path: file.clone(),
+            doc,
+            message,
+        };
+        if file.extension().is_some_and(|e| e == "json") {
+            // One document; a list's items are decoded one at a time, never all at once.
+            let (mut failed, mut index) = (None, 0);
+            let mut apply = |item: Value| {
+                index += 1;
+                match to_cached(item) {
+                    Ok(object) => writer.apply(object),
+                    Err(e) => {
+                        failed.get_or_insert(format!("object {index}: {e}"));
+                    }
+                }
             };
-            for item in flatten_list(object.map_err(fail)?) {
-                writer.apply(to_cached(item).map_err(fail)?);
+            let mut de = serde_json::Deserializer::from_str(&text);
+            let parsed =
+                serde::de::DeserializeSeed::deserialize(StreamItems { sink: &mut apply }, &mut de)
+                    .and_then(|()| de.end());
+            parsed.map_err(|e| fail(1, e.to_string()))?;
+            if let Some(e) = failed {
+                return Err(fail(1, e));
+            }
+            continue;
+        }
+        for (doc, object) in parse_yaml(&text).enumerate() {
+            for item in flatten_list(object.map_err(|e| fail(doc + 1, e))?) {
+                writer.apply(to_cached(item).map_err(|e| fail(doc + 1, e))?);
             }
         }
     }
+    writer.pods.mark_ready();
     Ok(writer)
+}
+
+/// A JSON document that is one object, or a list whose `items` go to `sink` one by one.
+struct StreamItems<'s> {
+    sink: &'s mut dyn FnMut(Value),
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for StreamItems<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for StreamItems<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes object or list")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut fields = serde_json::Map::new();
+        let mut listed = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                map.next_value_seed(Items {
+                    sink: &mut *self.sink,
+                })?;
+                listed = true;
+            } else {
+                fields.insert(key, map.next_value()?);
+            }
+        }
+        if !listed {
+            (self.sink)(Value::Object(fields));
+        }
+        Ok(())
+    }
+}
+
+struct Items<'s> {
+    sink: &'s mut dyn FnMut(Value),
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Items<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Items<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of objects")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(item) = seq.next_element::<Value>()? {
+            (self.sink)(item);
+        }
+        Ok(())
+    }
 }
 
 fn state_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
@@ -76,22 +159,12 @@ fn state_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
-/// The documents of one file, decoded one at a time so a large state never sits in memory twice.
-/// JSON files skip the YAML parser, which is much slower on large lists.
-fn parse_documents(
-    text: &str,
-    is_json: bool,
-) -> Box<dyn Iterator<Item = Result<Value, String>> + '_> {
-    if is_json {
-        let one = serde_json::from_str::<Value>(text).map_err(|e| e.to_string());
-        return Box::new(std::iter::once(one));
-    }
-    // YAML is a superset of JSON, so one parser reads both; empty documents are skipped.
-    Box::new(
-        serde_yaml::Deserializer::from_str(text)
-            .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
-            .filter(|v| !matches!(v, Ok(Value::Null))),
-    )
+/// The documents of a YAML file (YAML is a superset of JSON), decoded one at a time; empty
+/// documents are skipped.
+fn parse_yaml(text: &str) -> impl Iterator<Item = Result<Value, String>> + '_ {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
+        .filter(|v| !matches!(v, Ok(Value::Null)))
 }
 
 fn flatten_list(value: Value) -> Vec<Value> {
@@ -139,8 +212,8 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
         ("v1", "ConfigMap") => CachedObject::ConfigMap(de(value, &kind)?),
         ("v1", "Namespace") => CachedObject::Namespace(de(value, &kind)?),
         ("scheduling.k8s.io/v1", "PriorityClass") => CachedObject::PriorityClass(de(value, &kind)?),
-        ("v1", "Node") => CachedObject::Node(metadata_only(value, &kind)?),
-        ("v1", "Pod") => CachedObject::Pod(metadata_only(value, &kind)?),
+        ("v1", "Node") => CachedObject::Node(metadata_only(value, &kind, super::slim_node)?),
+        ("v1", "Pod") => CachedObject::Pod(metadata_only(value, &kind, super::slim_pod)?),
         _ => {
             return Err(format!(
                 "unsupported object apiVersion={api_version:?} kind={kind:?} (the cache holds ElasticQuota, \
@@ -152,8 +225,12 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
     Ok(object)
 }
 
-/// Keeps what the metadata-only watches keep.
-fn metadata_only<K>(mut value: Value, kind: &str) -> Result<PartialObjectMeta<K>, String>
+/// Keeps what the metadata-only watches keep (`slim` is theirs).
+fn metadata_only<K>(
+    mut value: Value,
+    kind: &str,
+    slim: fn(&mut PartialObjectMeta<K>),
+) -> Result<PartialObjectMeta<K>, String>
 where
     K: kube::Resource<DynamicType = ()>,
 {
@@ -164,7 +241,7 @@ where
     let metadata = serde_json::from_value::<kube::core::ObjectMeta>(metadata)
         .map_err(|e| format!("{kind}: {e}"))?;
     let mut partial = metadata.into_response_partial::<K>();
-    super::slim(&mut partial);
+    slim(&mut partial);
     Ok(partial)
 }
 
@@ -192,7 +269,26 @@ mod tests {
         assert_eq!(cache.namespaces.len(), 1);
         assert_eq!(cache.elastic_quotas.len(), 1);
         assert_eq!(cache.pods.len(), 1);
-        assert_eq!(cache.pods.state()[0].metadata.name.as_deref(), Some("p"));
+        assert!(cache.pods.any_in_namespaces(&["team-a"]));
+    }
+
+    #[test]
+    fn json_lists_name_the_bad_item_and_bad_json_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("list.json");
+        std::fs::write(
+            &file,
+            r#"{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Secret"}],"kind":"List"}"#,
+        )
+        .unwrap();
+        let err = load_state(&file).err().unwrap().to_string();
+        assert!(
+            err.contains("list.json: document 1: object 2: unsupported object"),
+            "{err}"
+        );
+        std::fs::write(&file, r#"{"apiVersion":"v1","items":[{"#).unwrap();
+        let err = load_state(&file).err().unwrap().to_string();
+        assert!(err.contains("list.json: document 1: EOF"), "{err}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! filled from files ([`load`]); in cluster mode the operator's watches feed the same writers.
 
 pub mod load;
+pub mod pod_index;
 pub mod quota_topology;
 pub mod watch;
 
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
+pub use pod_index::PodIndex;
 pub use quota_topology::{QuotaInfo, QuotaTopology};
 
 /// The quota tree, shared by the cache (which feeds it) and the quota webhooks (which check against
@@ -36,8 +38,8 @@ pub struct Cache {
     pub priority_classes: Store<PriorityClass>,
     /// Labels only: what the node conflict checks read.
     pub nodes: Store<PartialObjectMeta<Node>>,
-    /// Name, namespace and labels only: what the quota checks read.
-    pub pods: Store<PartialObjectMeta<Pod>>,
+    /// Namespace, name and quota label only: what the quota checks read.
+    pub pods: Arc<PodIndex>,
     pub quota_topology: SharedTopology,
 }
 
@@ -52,7 +54,7 @@ pub struct CacheWriter {
     pub namespaces: Writer<Namespace>,
     pub priority_classes: Writer<PriorityClass>,
     pub nodes: Writer<PartialObjectMeta<Node>>,
-    pub pods: Writer<PartialObjectMeta<Pod>>,
+    pub pods: Arc<PodIndex>,
     pub quota_topology: SharedTopology,
 }
 
@@ -72,12 +74,37 @@ pub enum CachedObject {
     Pod(PartialObjectMeta<Pod>),
 }
 
-/// What the cache keeps of a Pod or Node: no plugin reads their annotations, owners or field
-/// managers, which are most of their metadata's size.
-pub fn slim<K>(object: &mut kube::core::PartialObjectMeta<K>) {
-    object.metadata.managed_fields = None;
-    object.metadata.annotations = None;
-    object.metadata.owner_references = None;
+/// What the cache keeps of a Node: name and labels (the SLO config's node selectors match them).
+/// Annotations, owners and field managers are most of a node's metadata and no plugin reads them.
+pub fn slim_node(object: &mut kube::core::PartialObjectMeta<Node>) {
+    let labels = object.metadata.labels.take();
+    slim_meta(object);
+    object.metadata.labels = labels;
+}
+
+/// What the cache keeps of a Pod: its name, namespace and quota label, all the quota rules ask.
+/// A cluster holds many pods, so every other label and field is dropped.
+pub fn slim_pod(object: &mut kube::core::PartialObjectMeta<Pod>) {
+    let quota = object
+        .metadata
+        .labels
+        .take()
+        .and_then(|mut labels| labels.remove_entry(crate::apis::keys::QUOTA_NAME));
+    slim_meta(object);
+    object.metadata.labels = quota.map(|(k, v)| BTreeMap::from([(k, v)]));
+}
+
+/// Keeps name, namespace, uid and resourceVersion (the store's identity of an object).
+fn slim_meta<K>(object: &mut kube::core::PartialObjectMeta<K>) {
+    let meta = std::mem::take(&mut object.metadata);
+    object.metadata = kube::core::ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        ..Default::default()
+    };
+    object.types = None;
 }
 
 impl CacheWriter {
@@ -91,7 +118,7 @@ impl CacheWriter {
             namespaces: self.namespaces.as_reader(),
             priority_classes: self.priority_classes.as_reader(),
             nodes: self.nodes.as_reader(),
-            pods: self.pods.as_reader(),
+            pods: self.pods.clone(),
             quota_topology: self.quota_topology.clone(),
         }
     }
@@ -117,7 +144,7 @@ impl CacheWriter {
             CachedObject::Namespace(o) => put(&mut self.namespaces, o),
             CachedObject::PriorityClass(o) => put(&mut self.priority_classes, o),
             CachedObject::Node(o) => put(&mut self.nodes, o),
-            CachedObject::Pod(o) => put(&mut self.pods, o),
+            CachedObject::Pod(o) => self.pods.upsert(&o),
         }
     }
 }
@@ -141,29 +168,12 @@ impl Cache {
 
     /// Names of pods (any namespace) bound to `quota` by label, sorted.
     pub fn pods_labelled_for_quota(&self, quota: &str) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .pods
-            .state()
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(crate::apis::keys::QUOTA_NAME))
-                    .map(String::as_str)
-                    == Some(quota)
-            })
-            .filter_map(|p| p.metadata.name.clone())
-            .collect();
-        names.sort();
-        names
+        self.pods.labelled_for_quota(quota)
     }
 
     /// Whether any pod lives in one of these namespaces.
     pub fn any_pod_in_namespaces(&self, namespaces: &[&str]) -> bool {
-        self.pods
-            .find(|p| namespaces.contains(&p.metadata.namespace.as_deref().unwrap_or_default()))
-            .is_some()
+        self.pods.any_in_namespaces(namespaces)
     }
 
     /// A ConfigMap by namespace and name.
@@ -202,6 +212,7 @@ impl Cache {
             self.nodes.wait_until_ready(),
             self.pods.wait_until_ready(),
         );
+        // The pod index has no writer to lose.
         r.0.is_ok()
             && r.1.is_ok()
             && r.2.is_ok()
@@ -210,7 +221,6 @@ impl Cache {
             && r.5.is_ok()
             && r.6.is_ok()
             && r.7.is_ok()
-            && r.8.is_ok()
     }
 
     /// An empty cache, for tests and for endpoints that read nothing.

@@ -15,7 +15,9 @@ use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{CacheWriter, QuotaInfo, QuotaTopology, SharedTopology, write_topology};
+use std::sync::Arc;
+
+use super::{CacheWriter, PodIndex, QuotaInfo, QuotaTopology, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::install::NAMESPACE;
 use crate::metrics::KindLabels;
@@ -71,6 +73,25 @@ fn follow_topology(
     }
 }
 
+/// Drives the pod index as `drive` drives a reflector.
+async fn drive_pods<S>(index: Arc<PodIndex>, stream: S, restarts: Family<KindLabels, Counter>)
+where
+    S: Stream<Item = watcher::Result<Event<PartialObjectMeta<Pod>>>> + Send,
+{
+    stream
+        .for_each(|event| {
+            match event {
+                Ok(event) => index.apply(&event),
+                Err(e) => {
+                    tracing::warn!(kind = "pod", error = %e, "watch failed; resuming");
+                    restarts.get_or_create(&KindLabels { kind: "pod" }).inc();
+                }
+            }
+            future::ready(())
+        })
+        .await;
+}
+
 /// Starts every watch; the returned future runs them all.
 pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabels, Counter>) {
     let CacheWriter {
@@ -89,8 +110,10 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
         watch(Api::<ElasticQuota>::all(client.clone())).inspect(follow_topology(quota_topology));
     // Only names, namespaces and labels are read: managedFields and annotations would be most of
     // the memory of a large cluster's pods.
-    let node_meta = watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(super::slim);
-    let pod_meta = watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(super::slim);
+    let node_meta =
+        watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(super::slim_node);
+    let pod_meta =
+        watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(super::slim_pod);
     let m = || restarts.clone();
     tokio::join!(
         drive("elasticquota", elastic_quotas, quotas, m()),
@@ -131,6 +154,6 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
             m()
         ),
         drive("node", nodes, node_meta, m()),
-        drive("pod", pods, pod_meta, m()),
+        drive_pods(pods, pod_meta, m()),
     );
 }

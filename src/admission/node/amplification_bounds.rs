@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
+use super::Node;
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Step, Validator};

@@ -2,9 +2,10 @@
 
 mod amplification;
 mod amplification_bounds;
+pub mod object;
 mod slo_conflict;
 
-use k8s_openapi::api::core::v1::Node;
+pub use object::Node;
 
 use super::chain::{Mutator, Validator};
 

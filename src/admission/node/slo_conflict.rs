@@ -1,7 +1,7 @@
 //! Spec 5: a node whose labels change may not come to match two node strategies of one key of the
 //! slo-controller ConfigMap. On CREATE the conflict is only logged, as Koordinator does.
 
-use k8s_openapi::api::core::v1::Node;
+use super::Node;
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Step, Validator};
