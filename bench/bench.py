@@ -90,8 +90,9 @@ def oha(server, endpoint, body, rate=None, http2=False, keepalive=True, connecti
         duration=None):
     """One oha run; with `rate`, an open-loop fixed rate with latency correction."""
     argv = ["taskset", "-c", "1", OHA, "--no-tui", "--output-format", "json", "--insecure",
-            "-z", f"{duration or DURATION}s", "-w", "-c", str(connections),
-            "-m", "POST", "-T", "application/json", "-D", os.path.join(OUT, f"{body}.json")]
+            "-z", f"{duration or DURATION}s", "-w", "-c", str(connections)]
+    if body:
+        argv += ["-m", "POST", "-T", "application/json", "-D", os.path.join(OUT, f"{body}.json")]
     if rate:
         argv += ["-q", str(rate), "--latency-correction"]
     if http2:
@@ -152,6 +153,9 @@ def peer_comparison():
         else:
             server = koord(name, 19501, os.path.join(ROOT, "bench", "state"))
         record("memory", name, "-", {"rss_idle_mib": server.rss()})
+        if name == "koord-webhook":
+            # What loopback, TLS and the load generator cost alone: the floor under every latency.
+            record("floor-2000", name, "healthz", oha(server, "healthz", None, rate=2000), rate=2000)
         for endpoint in ("validate-pod", "mutate-pod"):
             figures = wrk(server, endpoint, endpoint)
             record("max-http1", name, endpoint, figures)

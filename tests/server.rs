@@ -386,3 +386,79 @@ async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
     assert_eq!(status, StatusCode::OK);
     server.stop().await;
 }
+
+/// `serve --tls-cert-file/--tls-key-file` picks up a pair replaced on disk, and refuses a
+/// mismatched one while keeping the pair in service.
+#[tokio::test]
+async fn serve_rereads_its_certificate_files() {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let write = |pair: &koord_webhook::certs::PemPair| {
+        std::fs::write(&key, &pair.key_pem).unwrap();
+        std::fs::write(&cert, &pair.cert_pem).unwrap();
+        CertificateDer::from_pem_slice(pair.cert_pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    };
+    let first = write(&support::new_pair("first"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(
+        std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .args([
+                "serve",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .arg("--state")
+            .arg(fixture("state/quota-tree.yaml"))
+            .arg("--tls-cert-file")
+            .arg(&cert)
+            .arg("--tls-key-file")
+            .arg(&key)
+            .args(["--tls-reload-interval", "100ms"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    async fn served(addr: std::net::SocketAddr) -> Option<Vec<u8>> {
+        connect(addr, Proto::Http1).await.ok().map(|c| c.peer_cert)
+    }
+    async fn until(addr: std::net::SocketAddr, want: &[u8]) -> bool {
+        for _ in 0..100 {
+            if served(addr).await.as_deref() == Some(want) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+    assert!(until(addr, &first).await, "the first pair is served");
+
+    let second = write(&support::new_pair("second"));
+    assert!(until(addr, &second).await, "the replaced pair is served");
+
+    // A certificate whose key is another pair's: refused, the second pair stays.
+    let other = support::new_pair("other");
+    std::fs::write(&cert, &support::new_pair("mismatched").cert_pem).unwrap();
+    std::fs::write(&key, &other.key_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(served(addr).await.as_deref(), Some(&second[..]));
+}
