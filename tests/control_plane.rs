@@ -22,17 +22,7 @@ fn root(relative: &str) -> String {
 }
 
 fn install_crds(cp: &ControlPlane) {
-    cp.kubectl_ok(&["apply", "--server-side", "-f", &root("crds")], None);
-    cp.kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "--all",
-        ],
-        None,
-    );
+    support::operator::apply_established(cp, "crds");
 }
 
 #[tokio::test]

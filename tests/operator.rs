@@ -60,6 +60,19 @@ fn pod(name: &str, annotations: serde_json::Value) -> Pod {
     .unwrap()
 }
 
+/// A dry-run create of a pod with the reserve-pod annotation; `/validate-pod` should deny it.
+/// The error text, or `None` if it was admitted.
+async fn create_reserved_pod(pods: &Api<Pod>) -> Option<String> {
+    let reserved = pod(
+        "reserved",
+        json!({"scheduling.koordinator.sh/reserve-pod": "true"}),
+    );
+    pods.create(&dry_run(), &reserved)
+        .await
+        .err()
+        .map(|e| e.to_string())
+}
+
 fn dry_run() -> PostParams {
     PostParams {
         dry_run: true,
@@ -92,17 +105,7 @@ async fn fresh_install_rotation_drift_and_loss() {
         "caBundle on every entry"
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let denied = pods
-        .create(
-            &dry_run(),
-            &pod(
-                "reserved",
-                json!({"scheduling.koordinator.sh/reserve-pod": "true"}),
-            ),
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+    let denied = create_reserved_pod(&pods).await.expect("denied");
     assert!(denied.contains("cannot set in annotations"), "{denied}");
     pods.create(&dry_run(), &pod("plain", json!({})))
         .await
@@ -514,17 +517,7 @@ async fn two_replicas_one_writer_and_a_handover() {
         Duration::from_secs(15),
         "admission through replica-b",
         || async {
-            let denied = pods
-                .create(
-                    &dry_run(),
-                    &pod(
-                        "reserved",
-                        json!({"scheduling.koordinator.sh/reserve-pod": "x"}),
-                    ),
-                )
-                .await
-                .err()?
-                .to_string();
+            let denied = create_reserved_pod(&pods).await?;
             denied.contains("cannot set in annotations").then_some(())
         },
     )

@@ -404,20 +404,9 @@ async fn serve_rereads_its_certificate_files() {
             .to_vec()
     };
     let first = write(&support::new_pair("first"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::free_port();
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(
+    let _server = support::KillOnDrop(
         std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
             .args([
                 "serve",

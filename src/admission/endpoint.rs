@@ -5,13 +5,15 @@
 //! every path in one table.
 
 use futures::future::BoxFuture;
+use kube::core::GroupVersionResource;
+use kube::core::admission::{AdmissionRequest, Operation};
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::chain::{Ctx, Mutator, Validator, run_mutators, run_validators};
 use super::colocation::dice::{Dice, SystemDice};
 use super::outcome::Rejection;
 use super::patch;
-use super::review::{Verdict, WireRequest};
+use super::review::{self, MalformedReview, Verdict, WireRequest};
 use super::settings::Settings;
 use super::webhooks::WebhookSpec;
 use crate::cache::Cache;
@@ -46,9 +48,23 @@ impl Services {
     }
 }
 
+/// Who a request is about, for its log span and its response.
+pub struct Head {
+    pub uid: String,
+    pub operation: Operation,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
 pub trait Endpoint: Send + Sync {
     fn spec(&self) -> &'static WebhookSpec;
-    fn admit<'a>(&'a self, request: &'a WireRequest<'a>, env: &'a Env) -> BoxFuture<'a, Verdict>;
+    /// Decodes `body` for this endpoint and returns the run of its chain. A body that is not an
+    /// AdmissionReview is an error (HTTP 400); an object that does not decode is a denial.
+    fn decode<'a>(
+        &'a self,
+        body: &[u8],
+        env: &'a Env,
+    ) -> Result<(Head, BoxFuture<'a, Verdict>), MalformedReview>;
 }
 
 /// The decoded-object bound every endpoint type meets.
@@ -86,16 +102,14 @@ impl<T: Object> TypedEndpoint<T> {
         }
     }
 
-    fn accepts(&self, request: &WireRequest<'_>) -> bool {
-        request.resource.resource == self.spec.resource
-            && request.sub_resource() == self.spec.sub_resource
+    fn accepts(&self, resource: &GroupVersionResource, sub_resource: Option<&str>) -> bool {
+        resource.resource == self.spec.resource
+            && sub_resource.unwrap_or_default() == self.spec.sub_resource
     }
 
-    async fn run(&self, wire: &WireRequest<'_>, env: &Env) -> Verdict {
-        if !self.accepts(wire) {
-            return Verdict::allow();
-        }
-        let request = match wire.decode::<T>() {
+    /// Runs the chain on a decoded request, or denies one whose objects did not decode.
+    async fn run(&self, request: Result<AdmissionRequest<T>, String>, env: &Env) -> Verdict {
+        let request = match request {
             Ok(request) => request,
             Err(e) => {
                 env.metrics.error(self.spec.path, "decode");
@@ -161,7 +175,39 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
         self.spec
     }
 
-    fn admit<'a>(&'a self, request: &'a WireRequest<'a>, env: &'a Env) -> BoxFuture<'a, Verdict> {
-        Box::pin(self.run(request, env))
+    fn decode<'a>(
+        &'a self,
+        body: &[u8],
+        env: &'a Env,
+    ) -> Result<(Head, BoxFuture<'a, Verdict>), MalformedReview> {
+        let head =
+            |uid: &str, operation: &Operation, namespace: &Option<String>, name: &str| Head {
+                uid: uid.to_owned(),
+                operation: operation.clone(),
+                namespace: namespace.clone(),
+                name: name.to_owned(),
+            };
+        // `None`: a request for another resource, answered with an allow.
+        let (head, request) = match review::parse_typed::<T>(body) {
+            Some(r) => (
+                head(&r.uid, &r.operation, &r.namespace, &r.name),
+                self.accepts(&r.resource, r.sub_resource.as_deref())
+                    .then_some(Ok(r)),
+            ),
+            None => {
+                // Something is off: two steps tell a bad envelope from a bad object.
+                let w = WireRequest::parse(body)?;
+                (
+                    head(&w.uid, &w.operation, &w.namespace, &w.name),
+                    self.accepts(&w.resource, w.sub_resource.as_deref())
+                        .then(|| w.decode::<T>()),
+                )
+            }
+        };
+        let run: BoxFuture<'a, Verdict> = match request {
+            Some(request) => Box::pin(self.run(request, env)),
+            None => Box::pin(std::future::ready(Verdict::allow())),
+        };
+        Ok((head, run))
     }
 }

@@ -22,6 +22,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use tracing::Instrument;
 
@@ -31,7 +32,7 @@ use crate::features::FeatureGates;
 use crate::metrics::{DenialLabels, Metrics, WebhookLabels};
 pub use endpoint::Services;
 use endpoint::{Endpoint, Env, TypedEndpoint};
-use review::{MalformedReview, Verdict, WireRequest};
+use review::{MalformedReview, Verdict};
 pub use settings::Settings;
 use webhooks::{FailurePolicy, WEBHOOKS, WebhookSpec};
 
@@ -132,35 +133,33 @@ impl Admission {
         let endpoint = self
             .endpoint(path)
             .ok_or_else(|| ReviewError::NotFound(path.to_owned()))?;
-        let wire = WireRequest::parse(body)?;
+        let (head, run) = endpoint.decode(body, &self.env)?;
         let spec = endpoint.spec();
         let span = tracing::info_span!(
             "admission",
-            uid = %wire.uid,
+            uid = %head.uid,
             webhook = spec.path,
-            operation = ?wire.operation,
-            namespace = wire.namespace.as_deref().unwrap_or_default(),
-            name = %wire.name,
+            operation = ?head.operation,
+            namespace = head.namespace.as_deref().unwrap_or_default(),
+            name = %head.name,
         );
-        let verdict = self
-            .admit(endpoint, &wire, api_timeout)
-            .instrument(span)
-            .await;
-        Ok(review::encode(&wire.uid, &verdict))
+        let verdict = self.admit(spec, run, api_timeout).instrument(span).await;
+        Ok(review::encode(&head.uid, &verdict))
     }
 
+    /// Runs a chain within the API server's deadline, with its panics contained and its outcome
+    /// counted.
     async fn admit(
         &self,
-        endpoint: &dyn Endpoint,
-        wire: &WireRequest<'_>,
+        spec: &'static WebhookSpec,
+        run: BoxFuture<'_, Verdict>,
         api_timeout: Option<Duration>,
     ) -> Verdict {
-        let spec = endpoint.spec();
         let metrics = &self.env.metrics;
         let start = Instant::now();
         let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
         let budget = answer_budget(api_timeout);
-        let run = AssertUnwindSafe(endpoint.admit(wire, &self.env)).catch_unwind();
+        let run = AssertUnwindSafe(run).catch_unwind();
         let verdict = match tokio::time::timeout(budget, run).await {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(_panic)) => {

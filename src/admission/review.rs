@@ -1,8 +1,9 @@
 //! The AdmissionReview wire format: the only place that knows its JSON shape.
 //!
-//! Requests are decoded in two steps so that a body that is not an AdmissionReview (HTTP 400) is told
-//! apart from an object that does not decode (a denied response, code 400): the envelope keeps
-//! `object`/`oldObject` as raw JSON, and each endpoint decodes them into its own type.
+//! A request is decoded in one pass into the endpoint's object type ([`parse_typed`]). Only when that
+//! fails is it decoded again in two steps, so that a body that is not an AdmissionReview (HTTP 400)
+//! is told apart from an object that does not decode (a denied response, code 400): the envelope
+//! keeps `object`/`oldObject` as raw JSON, and each endpoint decodes them into its own type.
 
 use std::collections::BTreeMap;
 
@@ -83,28 +84,6 @@ impl<'a> WireRequest<'a> {
         review.request.ok_or(MalformedReview::NoRequest)
     }
 
-    /// The uid alone, for answering a body whose request does not decode in full.
-    pub fn uid_of(body: &[u8]) -> String {
-        #[derive(Deserialize)]
-        struct Uid {
-            request: Option<UidOnly>,
-        }
-        #[derive(Deserialize)]
-        struct UidOnly {
-            #[serde(default)]
-            uid: String,
-        }
-        serde_json::from_slice::<Uid>(body)
-            .ok()
-            .and_then(|u| u.request)
-            .map(|r| r.uid)
-            .unwrap_or_default()
-    }
-
-    pub fn sub_resource(&self) -> &str {
-        self.sub_resource.as_deref().unwrap_or_default()
-    }
-
     /// Decodes the objects into `T` and builds kube's typed request.
     pub fn decode<T>(&self) -> Result<AdmissionRequest<T>, String>
     where
@@ -138,6 +117,36 @@ impl<'a> WireRequest<'a> {
             options,
         })
     }
+}
+
+/// The whole review decoded in one pass into the endpoint's type: the common case, which reads the
+/// body once. `None` when anything is off; [`WireRequest::parse`] then tells a body that is not an
+/// AdmissionReview from an object that does not decode, with the message each deserves.
+pub fn parse_typed<T>(body: &[u8]) -> Option<AdmissionRequest<T>>
+where
+    T: kube::Resource + serde::de::DeserializeOwned,
+{
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct TypedReview<T: kube::Resource> {
+        #[serde(default)]
+        api_version: String,
+        #[serde(default)]
+        kind: String,
+        request: Option<AdmissionRequest<T>>,
+    }
+    // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
+    let text = std::str::from_utf8(body).ok()?;
+    let review: TypedReview<T> = serde_json::from_str(text).ok()?;
+    if review.api_version != API_VERSION || review.kind != KIND {
+        return None;
+    }
+    let mut request = review.request?;
+    request.types = TypeMeta {
+        api_version: API_VERSION.to_owned(),
+        kind: KIND.to_owned(),
+    };
+    Some(request)
 }
 
 fn decode_object<T: serde::de::DeserializeOwned>(
@@ -288,7 +297,17 @@ mod tests {
         let bad = REQUEST.replace(r#""containers":[]"#, r#""containers":7"#);
         let wire = WireRequest::parse(bad.as_bytes()).unwrap();
         assert!(wire.decode::<Pod>().is_err());
-        assert_eq!(WireRequest::uid_of(bad.as_bytes()), "u-1");
+        assert!(parse_typed::<Pod>(bad.as_bytes()).is_none());
+        let typed = parse_typed::<Pod>(REQUEST.as_bytes()).unwrap();
+        let two_step = WireRequest::parse(REQUEST.as_bytes())
+            .unwrap()
+            .decode::<Pod>()
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(&typed).unwrap(),
+            serde_json::to_value(&two_step).unwrap(),
+            "one pass and two steps agree"
+        );
     }
 
     #[test]

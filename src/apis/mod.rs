@@ -6,6 +6,7 @@ pub mod colocation_profile;
 pub mod elastic_quota;
 pub mod elastic_quota_profile;
 pub mod keys;
+pub mod meta;
 pub mod reservation;
 mod schema;
 

@@ -4,6 +4,7 @@
 //! per pod (about 1.4 KiB even slimmed, mostly the label map's node). This index keeps a key and
 //! an interned quota name: about a tenth of that (bench/RESULTS.md, scale).
 
+use crate::apis::meta::label;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -33,18 +34,14 @@ impl Pods {
             meta.namespace.as_deref().unwrap_or_default().into(),
             meta.name.as_deref().unwrap_or_default().into(),
         );
-        let quota = meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(QUOTA_NAME))
-            .map(|name| match self.quota_names.get(name.as_str()) {
-                Some(shared) => shared.clone(),
-                None => {
-                    let shared: Arc<str> = name.as_str().into();
-                    self.quota_names.insert(shared.clone());
-                    shared
-                }
-            });
+        let quota = label(pod, QUOTA_NAME).map(|name| match self.quota_names.get(name) {
+            Some(shared) => shared.clone(),
+            None => {
+                let shared: Arc<str> = name.into();
+                self.quota_names.insert(shared.clone());
+                shared
+            }
+        });
         (key, quota)
     }
 }

@@ -5,6 +5,7 @@
 //! they arrive in. Fed by the cache (files or watch events) and updated optimistically after an
 //! accepted ElasticQuota admission.
 
+use crate::apis::meta::{annotation, label};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::apis::ElasticQuota;
@@ -41,22 +42,8 @@ impl QuotaInfo {
     /// them on the object itself).
     pub fn from_quota(quota: &ElasticQuota) -> Self {
         let name = quota.metadata.name.clone().unwrap_or_default();
-        let label = |k: &str| {
-            quota
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(k))
-                .map(String::as_str)
-        };
-        let annotation = |k: &str| {
-            quota
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(k))
-                .map(String::as_str)
-        };
+        let label = |k: &str| label(quota, k);
+        let annotation = |k: &str| annotation(quota, k);
         let parent = match label(QUOTA_PARENT).filter(|p| !p.is_empty()) {
             Some(p) => p.to_owned(),
             None if name == ROOT_QUOTA => String::new(),
@@ -83,11 +70,7 @@ impl QuotaInfo {
 
 /// The `namespaces` annotation; invalid JSON binds nothing.
 pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
-    quota
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(QUOTA_NAMESPACES))
+    annotation(quota, QUOTA_NAMESPACES)
         .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
         .unwrap_or_default()
 }

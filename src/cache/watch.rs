@@ -10,39 +10,48 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use std::sync::Arc;
-
-use super::{CacheWriter, PodIndex, QuotaInfo, QuotaTopology, SharedTopology, write_topology};
+use super::{CacheWriter, QuotaInfo, QuotaTopology, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::install::NAMESPACE;
 use crate::metrics::KindLabels;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 
-/// Drives one reflector until the stream ends (never, in practice), counting broken watches.
+/// Feeds one watch into `apply` until the stream ends (never, in practice), counting broken
+/// watches.
 async fn drive<K, S>(
     kind: &'static str,
-    writer: Writer<K>,
     stream: S,
+    mut apply: impl FnMut(&Event<K>) + Send,
     restarts: Family<KindLabels, Counter>,
 ) where
-    K: Resource + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone,
     S: Stream<Item = watcher::Result<Event<K>>> + Send,
 {
-    reflector::reflector(writer, stream)
+    stream
         .for_each(|event| {
-            if let Err(e) = event {
-                tracing::warn!(kind, error = %e, "watch failed; resuming");
-                restarts.get_or_create(&KindLabels { kind }).inc();
+            match event {
+                Ok(event) => apply(&event),
+                Err(e) => {
+                    tracing::warn!(kind, error = %e, "watch failed; resuming");
+                    restarts.get_or_create(&KindLabels { kind }).inc();
+                }
             }
             future::ready(())
         })
         .await;
+}
+
+/// Applies events to a reflector store, as kube-runtime's `reflector` does.
+fn into<K>(mut writer: Writer<K>) -> impl FnMut(&Event<K>) + Send
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send,
+{
+    move |event| writer.apply_watcher_event(event)
 }
 
 fn watch<K>(api: Api<K>) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
@@ -54,42 +63,20 @@ where
 }
 
 /// Keeps the quota topology in step with ElasticQuota events (a full relist rebuilds it).
-fn follow_topology(
-    topology: SharedTopology,
-) -> impl FnMut(&watcher::Result<Event<ElasticQuota>>) + Send {
+fn follow_topology(topology: SharedTopology) -> impl FnMut(&Event<ElasticQuota>) + Send {
     let mut relisted: Vec<ElasticQuota> = Vec::new();
     move |event| match event {
-        Ok(Event::Apply(q)) => write_topology(&topology).upsert(QuotaInfo::from_quota(q)),
-        Ok(Event::Delete(q)) => {
+        Event::Apply(q) => write_topology(&topology).upsert(QuotaInfo::from_quota(q)),
+        Event::Delete(q) => {
             write_topology(&topology).remove(q.metadata.name.as_deref().unwrap_or_default());
         }
-        Ok(Event::Init) => relisted.clear(),
-        Ok(Event::InitApply(q)) => relisted.push(q.clone()),
-        Ok(Event::InitDone) => {
+        Event::Init => relisted.clear(),
+        Event::InitApply(q) => relisted.push(q.clone()),
+        Event::InitDone => {
             *write_topology(&topology) = QuotaTopology::from_quotas(relisted.iter());
             relisted.clear();
         }
-        Err(_) => {}
     }
-}
-
-/// Drives the pod index as `drive` drives a reflector.
-async fn drive_pods<S>(index: Arc<PodIndex>, stream: S, restarts: Family<KindLabels, Counter>)
-where
-    S: Stream<Item = watcher::Result<Event<PartialObjectMeta<Pod>>>> + Send,
-{
-    stream
-        .for_each(|event| {
-            match event {
-                Ok(event) => index.apply(&event),
-                Err(e) => {
-                    tracing::warn!(kind = "pod", error = %e, "watch failed; resuming");
-                    restarts.get_or_create(&KindLabels { kind: "pod" }).inc();
-                }
-            }
-            future::ready(())
-        })
-        .await;
 }
 
 /// Starts every watch; the returned future runs them all.
@@ -106,8 +93,13 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
         pods,
         quota_topology,
     } = writer;
-    let quotas =
-        watch(Api::<ElasticQuota>::all(client.clone())).inspect(follow_topology(quota_topology));
+    let quotas = {
+        let (mut topology, mut store) = (follow_topology(quota_topology), into(elastic_quotas));
+        move |event: &Event<ElasticQuota>| {
+            topology(event);
+            store(event);
+        }
+    };
     // Only names, namespaces and labels are read: managedFields and annotations would be most of
     // the memory of a large cluster's pods.
     let node_meta =
@@ -116,44 +108,49 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
         watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(super::slim_pod);
     let m = || restarts.clone();
     tokio::join!(
-        drive("elasticquota", elastic_quotas, quotas, m()),
+        drive(
+            "elasticquota",
+            watch(Api::<ElasticQuota>::all(client.clone())),
+            quotas,
+            m()
+        ),
         drive(
             "elasticquotaprofile",
-            elastic_quota_profiles,
             watch(Api::<ElasticQuotaProfile>::all(client.clone())),
+            into(elastic_quota_profiles),
             m()
         ),
         drive(
             "reservation",
-            reservations,
             watch(Api::<Reservation>::all(client.clone())),
+            into(reservations),
             m()
         ),
         drive(
             "clustercolocationprofile",
-            colocation_profiles,
             watch(Api::<ClusterColocationProfile>::all(client.clone())),
+            into(colocation_profiles),
             m()
         ),
         drive(
             "configmap",
-            config_maps,
             watch(Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)),
+            into(config_maps),
             m()
         ),
         drive(
             "namespace",
-            namespaces,
             watch(Api::<Namespace>::all(client.clone())),
+            into(namespaces),
             m()
         ),
         drive(
             "priorityclass",
-            priority_classes,
             watch(Api::<PriorityClass>::all(client.clone())),
+            into(priority_classes),
             m()
         ),
-        drive("node", nodes, node_meta, m()),
-        drive_pods(pods, pod_meta, m()),
+        drive("node", node_meta, into(nodes), m()),
+        drive("pod", pod_meta, move |event| pods.apply(event), m()),
     );
 }

@@ -4,14 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
+use rcgen::{BasicConstraints, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
-use time::OffsetDateTime;
 
-use super::{BACKDATE, CertError, PemPair, random_serial};
+use super::{BACKDATE, CertError, PemPair, base_params, serving_params};
 
 /// Why a PEM document is not what was expected.
 #[derive(Debug, thiserror::Error)]
@@ -22,22 +18,10 @@ pub enum PemError {
     Malformed(String),
 }
 
-fn params(common_name: &str, validity: Duration) -> Result<CertificateParams, CertError> {
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, common_name);
-    params.distinguished_name = dn;
-    let now = OffsetDateTime::now_utc();
-    params.not_before = now - BACKDATE;
-    params.not_after = now + validity;
-    params.serial_number = Some(random_serial()?);
-    Ok(params)
-}
-
 /// A new CA (ECDSA P-256) valid for `validity`.
 pub fn issue_ca(validity: Duration) -> Result<PemPair, CertError> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = params("koord-webhook-ca", validity)?;
+    let mut params = base_params("koord-webhook-ca", validity)?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let cert = params.self_signed(&key)?;
@@ -56,11 +40,7 @@ pub fn issue_serving(
     let ca_key = KeyPair::from_pem(&ca.key_pem)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = params("koord-webhook", validity)?;
-    params.subject_alt_names = CertificateParams::new(hosts.to_vec())?.subject_alt_names;
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let mut params = serving_params("koord-webhook", hosts, validity)?;
     params.use_authority_key_identifier_extension = true;
     let cert = params.signed_by(&key, &issuer)?;
     Ok(PemPair {

@@ -48,14 +48,9 @@ fn random_serial() -> Result<SerialNumber, CertError> {
     Ok(SerialNumber::from_slice(&bytes))
 }
 
-/// A self-signed serving certificate for `hosts` (DNS names or IP literals), valid for `validity`.
-pub fn self_signed(
-    common_name: &str,
-    hosts: &[String],
-    validity: Duration,
-) -> Result<PemPair, CertError> {
-    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = CertificateParams::new(hosts.to_vec())?;
+/// Subject, validity window (back-dated) and a random serial: where every certificate here starts.
+fn base_params(common_name: &str, validity: Duration) -> Result<CertificateParams, CertError> {
+    let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
     params.distinguished_name = dn;
@@ -63,10 +58,31 @@ pub fn self_signed(
     params.not_before = now - BACKDATE;
     params.not_after = now + validity;
     params.serial_number = Some(random_serial()?);
+    Ok(params)
+}
+
+/// A TLS server certificate for `hosts` (DNS names or IP literals), not a CA.
+fn serving_params(
+    common_name: &str,
+    hosts: &[String],
+    validity: Duration,
+) -> Result<CertificateParams, CertError> {
+    let mut params = base_params(common_name, validity)?;
+    params.subject_alt_names = CertificateParams::new(hosts.to_vec())?.subject_alt_names;
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.self_signed(&key)?;
+    Ok(params)
+}
+
+/// A self-signed serving certificate for `hosts` (DNS names or IP literals), valid for `validity`.
+pub fn self_signed(
+    common_name: &str,
+    hosts: &[String],
+    validity: Duration,
+) -> Result<PemPair, CertError> {
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let cert = serving_params(common_name, hosts, validity)?.self_signed(&key)?;
     Ok(PemPair {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),

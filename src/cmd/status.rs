@@ -65,13 +65,10 @@ pub async fn collect(client: &Client) -> anyhow::Result<Status> {
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let tls_secret = secrets_api.get_opt(SECRET_TLS).await?;
     let tls = tls_secret.as_ref().and_then(secrets::read_tls);
-    let rotation_phase = tls_secret.as_ref().and_then(|s| {
-        s.metadata
-            .annotations
-            .as_ref()?
-            .get(PHASE_ANNOTATION)
-            .cloned()
-    });
+    let rotation_phase = tls_secret
+        .as_ref()
+        .and_then(|s| crate::apis::meta::annotation(s, PHASE_ANNOTATION))
+        .map(str::to_owned);
     let ca_not_after = tls.as_ref().and_then(|t| not_after(&t.bundle));
     let serving_not_after = tls.as_ref().and_then(|t| not_after(&t.serving.cert_pem));
     let trusted = tls.as_ref().map(|t| t.bundle.clone()).unwrap_or_default();

@@ -3,6 +3,7 @@
 //! `webhook-ca` holds the CA that signs serving certificates and, during a CA rotation, the previous
 //! CA; `webhook-tls` holds the serving pair and the CA bundle the API server is told to trust.
 
+use crate::apis::meta::annotation;
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
@@ -89,15 +90,6 @@ fn pair(secret: &Secret, cert: &str, key: &str) -> Option<PemPair> {
     };
     authority::validity(pair.cert_pem.as_bytes()).ok()?;
     Some(pair)
-}
-
-fn annotation<'a>(secret: &'a Secret, key: &str) -> Option<&'a str> {
-    secret
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }
 
 /// The CA state of `webhook-ca`; `None` when absent or unusable (then a new CA is made).

@@ -1,6 +1,7 @@
 //! Koordinator priority classes and QoS classes of a pod (spec 1.6), in one place for the mutating
 //! and validating webhooks alike.
 
+use crate::apis::meta::label;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::apis::keys::{PRIORITY_CLASS_LABEL, QOS_CLASS_LABEL};
@@ -80,14 +81,6 @@ impl QosClass {
             _ => QosClass::None,
         }
     }
-}
-
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map(String::as_str)
 }
 
 /// The priority class from the override label, else from `spec.priority`; no QoS fallback.

@@ -27,6 +27,25 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A loopback port nothing listens on (for a child process to bind).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process that is killed and reaped when the test ends, panicking or not.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn new_pair(name: &str) -> PemPair {
     self_signed(
         name,

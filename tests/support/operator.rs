@@ -2,7 +2,9 @@
 //! `manifests/`: the install file is applied, and the operator's kubeconfig impersonates its
 //! ServiceAccount.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,8 +22,13 @@ pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:koordinator-system:koor
 
 /// Applies `manifests/install.yaml` (namespace, CRDs, RBAC, webhook configurations, ...).
 pub fn install(cp: &ControlPlane) {
-    let manifests = format!("{}/manifests/install.yaml", env!("CARGO_MANIFEST_DIR"));
-    cp.kubectl_ok(&["apply", "--server-side", "-f", &manifests], None);
+    apply_established(cp, "manifests/install.yaml");
+}
+
+/// Server-side applies a file or folder of the repository and waits until its CRDs are served.
+pub fn apply_established(cp: &ControlPlane, relative: &str) {
+    let path = format!("{}/{relative}", env!("CARGO_MANIFEST_DIR"));
+    cp.kubectl_ok(&["apply", "--server-side", "-f", &path], None);
     cp.kubectl_ok(
         &[
             "wait",
@@ -44,14 +51,6 @@ pub fn impersonating_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
     let path = dir.join("operator.kubeconfig");
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
     path
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 pub struct Operator {

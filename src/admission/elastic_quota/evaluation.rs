@@ -5,6 +5,7 @@
 //! queue against one read of the quota and records it with one write (retried on conflict), so a
 //! burst costs a few writes and can never admit more than the limit allows.
 
+use crate::apis::meta::annotation;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -48,15 +49,6 @@ pub struct Ledger {
     used: Resources,
     limit: Resources,
     names: BTreeSet<String>,
-}
-
-fn annotation<'a>(quota: &'a ElasticQuota, key: &str) -> Option<&'a str> {
-    quota
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
 }
 
 impl Ledger {

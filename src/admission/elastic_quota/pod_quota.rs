@@ -24,13 +24,9 @@ pub fn resolve_quota_name(
     cache: &Cache,
     gates: &FeatureGates,
 ) -> String {
-    let label = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(QUOTA_NAME))
-        .cloned()
-        .unwrap_or_default();
+    let label = crate::apis::meta::label(pod, QUOTA_NAME)
+        .unwrap_or_default()
+        .to_owned();
     if gates.enabled(Gate::DisableDefaultQuota) || !label.is_empty() {
         return label;
     }

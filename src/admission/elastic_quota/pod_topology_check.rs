@@ -24,11 +24,7 @@ impl Validator<Pod> for PodQuotaTopologyCheck {
 }
 
 fn label<'a>(pod: &'a Pod, key: &str) -> &'a str {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map_or("", String::as_str)
+    crate::apis::meta::label(pod, key).unwrap_or_default()
 }
 
 fn check(ctx: &Ctx<'_, Pod>) -> PluginResult {

@@ -55,17 +55,11 @@ fn transform_container(container: &mut Container, rules: &[(&str, &str)]) {
 
 /// The pod as the transformer leaves it; unchanged without the annotation.
 pub fn apply(pod: &Pod) -> Pod {
-    let mut pod = pod.clone();
-    let Some(annotation) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REPLACE_RESOURCES))
-        .cloned()
-    else {
-        return pod;
+    let Some(annotation) = crate::apis::meta::annotation(pod, REPLACE_RESOURCES) else {
+        return pod.clone();
     };
-    let rules = rules(&annotation);
+    let rules = rules(annotation);
+    let mut pod = pod.clone();
     if let Some(spec) = pod.spec.as_mut() {
         spec.containers
             .iter_mut()

@@ -1,6 +1,7 @@
 //! Spec 7.3 self checks: what a quota must satisfy on its own (CREATE and UPDATE).
 
 use crate::apis::ElasticQuota;
+use crate::apis::meta::annotation;
 use crate::resources::Resources;
 
 use super::defaults::SHARED_WEIGHT;
@@ -45,14 +46,7 @@ pub fn check(quota: &ElasticQuota) -> Result<(), String> {
         ));
     }
 
-    let annotation = |k: &str| {
-        quota
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .filter(|v| !v.is_empty())
-    };
+    let annotation = |k: &str| annotation(quota, k).filter(|v| !v.is_empty());
     if let Some(weight) = annotation(SHARED_WEIGHT) {
         let weight = Resources::parse_json(weight)?;
         let negative = weight.negative_keys();

@@ -64,15 +64,7 @@ pub fn check_create(
 
 /// The fields whose change can affect the tree.
 fn relevant_unchanged(old: &ElasticQuota, new: &ElasticQuota) -> bool {
-    let label =
-        |q: &ElasticQuota, k: &str| q.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
-    let annotation = |q: &ElasticQuota, k: &str| {
-        q.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .cloned()
-    };
+    use crate::apis::meta::{annotation, label};
     [QUOTA_PARENT, QUOTA_IS_PARENT, QUOTA_TREE_ID]
         .iter()
         .all(|k| label(old, k) == label(new, k))

@@ -2,6 +2,7 @@
 //! amplification ratios. The kubelet's own values are kept in `raw-allocatable` (and `raw-capacity`),
 //! re-recorded whenever the kubelet reports a new allocatable, so amplification never compounds.
 
+use crate::apis::meta::annotation;
 use std::collections::BTreeMap;
 
 use super::Node;
@@ -73,13 +74,9 @@ fn decode(annotation: &str, text: &str) -> Result<ResourceList, String> {
 
 /// Applies the ratios to `node` (the object after the update); `old` is the node before it.
 pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Result<(), String> {
-    let ratios_text = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(AMPLIFICATION_RATIO))
+    let ratios_text = annotation(node, AMPLIFICATION_RATIO)
         .filter(|r| !r.is_empty())
-        .cloned();
+        .map(str::to_owned);
     let Some(ratios_text) = ratios_text else {
         if let Some(annotations) = node.metadata.annotations.as_mut() {
             annotations.remove(RAW_ALLOCATABLE);
@@ -182,14 +179,6 @@ mod tests {
         &list.as_ref().unwrap()[k].0
     }
 
-    fn ann<'a>(n: &'a Node, k: &str) -> Option<&'a str> {
-        n.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .map(String::as_str)
-    }
-
     #[test]
     fn amplifies_cpu_and_memory_only_and_records_raw_values() {
         let kubelet = json!({"cpu": "4", "memory": "8Gi", "eni": "10"});
@@ -213,11 +202,11 @@ mod tests {
         assert_eq!(get(&status.capacity, "memory"), "12Gi");
         assert_eq!(get(&status.capacity, "eni"), "10");
         assert_eq!(
-            ann(&new, RAW_ALLOCATABLE),
+            annotation(&new, RAW_ALLOCATABLE),
             Some(r#"{"cpu":"4","memory":"8Gi"}"#)
         );
         assert_eq!(
-            ann(&new, RAW_CAPACITY),
+            annotation(&new, RAW_CAPACITY),
             Some(r#"{"cpu":"5","memory":"10Gi"}"#)
         );
 
@@ -236,9 +225,9 @@ mod tests {
         let mut new = node(recorded, json!({"cpu": "8"}), json!({"cpu": "3"}));
         amplify(Some(&old), &mut new, false).unwrap();
         assert_eq!(get(&new.status.as_ref().unwrap().allocatable, "cpu"), "6");
-        assert_eq!(ann(&new, RAW_ALLOCATABLE), Some(r#"{"cpu":"3"}"#));
+        assert_eq!(annotation(&new, RAW_ALLOCATABLE), Some(r#"{"cpu":"3"}"#));
         assert_eq!(
-            ann(&new, RAW_CAPACITY),
+            annotation(&new, RAW_CAPACITY),
             None,
             "never written with the gate off"
         );
@@ -266,9 +255,9 @@ mod tests {
             json!({"cpu": "6"}),
         );
         amplify(None, &mut new, true).unwrap();
-        assert_eq!(ann(&new, RAW_ALLOCATABLE), None);
-        assert_eq!(ann(&new, RAW_CAPACITY), None);
-        assert_eq!(ann(&new, "other"), Some("x"));
+        assert_eq!(annotation(&new, RAW_ALLOCATABLE), None);
+        assert_eq!(annotation(&new, RAW_CAPACITY), None);
+        assert_eq!(annotation(&new, "other"), Some("x"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! priority label are immutable; batch resources need QoS BE; BE and LSR pods need a priority class
 //! that fits them; LSR/LSE pods ask for whole CPUs.
 
+use crate::apis::meta::label;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::Operation;
 
@@ -45,11 +46,7 @@ pub fn aggregate(errors: Vec<String>) -> Option<String> {
 }
 
 fn priority_label(pod: &Pod) -> &str {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(PRIORITY_LABEL))
-        .map_or("", String::as_str)
+    label(pod, PRIORITY_LABEL).unwrap_or_default()
 }
 
 pub fn check(old: Option<&Pod>, pod: &Pod, gates: &FeatureGates) -> Vec<String> {

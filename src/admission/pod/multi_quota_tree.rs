@@ -1,6 +1,7 @@
 //! Spec 1.4 (gate MultiQuotaTree): a pod whose quota belongs to a quota tree is kept on that tree's
 //! nodes: the node selector of the tree's ElasticQuotaProfile joins every required node-affinity term.
 
+use crate::apis::meta::label;
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
@@ -39,13 +40,9 @@ fn tree_requirements(
     pod: &Pod,
     namespace: &str,
 ) -> Option<Vec<NodeSelectorRequirement>> {
-    let label = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(QUOTA_NAME))
-        .filter(|q| !q.is_empty());
-    let quota_name = label.map_or(namespace, String::as_str);
+    let quota_name = label(pod, QUOTA_NAME)
+        .filter(|q| !q.is_empty())
+        .unwrap_or(namespace);
     let tree_id = {
         let topology = ctx.cache.topology();
         let info = topology.get(quota_name).or_else(|| {
@@ -60,13 +57,7 @@ fn tree_requirements(
         .elastic_quota_profiles
         .state()
         .into_iter()
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(QUOTA_TREE_ID))
-                == Some(&tree_id)
-        })
+        .filter(|p| label(p.as_ref(), QUOTA_TREE_ID) == Some(tree_id.as_str()))
         .collect();
     profiles.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))

@@ -44,11 +44,7 @@ impl Validator<Pod> for ReservationAffinity {
 }
 
 fn reservation_name(pod: &Pod) -> Option<String> {
-    let text = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(RESERVATION_AFFINITY)?;
+    let text = crate::apis::meta::annotation(pod, RESERVATION_AFFINITY)?;
     let affinity: serde_json::Value = serde_json::from_str(text).ok()?;
     affinity
         .get("name")
