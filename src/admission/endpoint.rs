@@ -15,6 +15,7 @@ use super::outcome::Rejection;
 use super::patch;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
 use super::settings::Settings;
+use super::skip_fields::SkipFields;
 use super::webhooks::WebhookSpec;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
@@ -85,6 +86,8 @@ enum Chain<T: Object> {
 pub struct TypedEndpoint<T: Object> {
     spec: &'static WebhookSpec,
     chain: Chain<T>,
+    differ: patch::Differ<T>,
+    skip: Option<&'static SkipFields>,
 }
 
 impl<T: Object> TypedEndpoint<T> {
@@ -92,13 +95,32 @@ impl<T: Object> TypedEndpoint<T> {
         Self {
             spec,
             chain: Chain::Mutating(plugins),
+            differ: patch::diff::<T>,
+            skip: None,
         }
+    }
+
+    /// Leaves the fields `skip` names out of decoded objects: for validating chains that read none
+    /// of them (a mutating chain's patch would remove them).
+    pub fn with_skipped_fields(self, skip: &'static SkipFields) -> Self {
+        debug_assert!(matches!(self.chain, Chain::Validating(_)));
+        Self {
+            skip: Some(skip),
+            ..self
+        }
+    }
+
+    /// Computes this endpoint's patches with `differ` instead of the whole-object diff.
+    pub fn with_differ(self, differ: patch::Differ<T>) -> Self {
+        Self { differ, ..self }
     }
 
     pub fn validating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
         Self {
             spec,
             chain: Chain::Validating(plugins),
+            differ: patch::diff::<T>,
+            skip: None,
         }
     }
 
@@ -109,7 +131,7 @@ impl<T: Object> TypedEndpoint<T> {
 
     /// Runs the chain on a decoded request, or denies one whose objects did not decode.
     async fn run(&self, request: Result<AdmissionRequest<T>, String>, env: &Env) -> Verdict {
-        let request = match request {
+        let mut request = match request {
             Ok(request) => request,
             Err(e) => {
                 env.metrics.error(self.spec.path, "decode");
@@ -121,7 +143,7 @@ impl<T: Object> TypedEndpoint<T> {
             return Verdict::deny(400, "there is no content to decode");
         }
         let ctx = Ctx::new(&request, env);
-        let (result, patch) = match &self.chain {
+        let (mut result, mutated) = match &self.chain {
             Chain::Validating(plugins) => (
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
                 None,
@@ -134,24 +156,21 @@ impl<T: Object> TypedEndpoint<T> {
                     let result =
                         run_mutators(plugins, &ctx, &mut object, &env.metrics, self.spec.path)
                             .await;
-                    let patch = match result {
-                        Ok(()) if &object != original => {
-                            patch::diff(original, &object).map_err(|e| {
-                                Rejection::internal(format!(
-                                    "cannot encode the mutated object: {e}"
-                                ))
-                            })
-                        }
-                        _ => Ok(None),
-                    };
-                    match patch {
-                        Ok(patch) => (result, patch),
-                        Err(e) => (Err(e), None),
-                    }
+                    (result, Some(object))
                 }
             },
         };
         let notes = ctx.into_notes();
+        let patch = match (mutated, request.object.take()) {
+            (Some(after), Some(before)) if result.is_ok() => (self.differ)(before, after)
+                .unwrap_or_else(|e| {
+                    result = Err(Rejection::internal(format!(
+                        "cannot encode the mutated object: {e}"
+                    )));
+                    None
+                }),
+            _ => None,
+        };
         let mut verdict = match result {
             Ok(()) => Verdict {
                 patch,
@@ -188,7 +207,7 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
                 name: name.to_owned(),
             };
         // `None`: a request for another resource, answered with an allow.
-        let (head, request) = match review::parse_typed::<T>(body) {
+        let (head, request) = match review::parse_typed::<T>(body, self.skip) {
             Some(r) => (
                 head(&r.uid, &r.operation, &r.namespace, &r.name),
                 self.accepts(&r.resource, r.sub_resource.as_deref())

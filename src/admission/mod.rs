@@ -16,6 +16,7 @@ pub mod pod;
 pub mod reservation;
 pub mod review;
 pub mod settings;
+pub mod skip_fields;
 pub mod webhooks;
 
 use std::panic::AssertUnwindSafe;
@@ -229,8 +230,13 @@ fn timed_out(spec: &WebhookSpec, budget: Duration, api_timeout: Duration) -> Ver
 fn build_endpoint(spec: &'static WebhookSpec) -> Box<dyn Endpoint> {
     use webhooks::*;
     match spec.path {
-        MUTATE_POD => Box::new(TypedEndpoint::<Pod>::mutating(spec, pod::mutators())),
-        VALIDATE_POD => Box::new(TypedEndpoint::<Pod>::validating(spec, pod::validators())),
+        MUTATE_POD => Box::new(
+            TypedEndpoint::<Pod>::mutating(spec, pod::mutators()).with_differ(patch::pod::diff),
+        ),
+        VALIDATE_POD => Box::new(
+            TypedEndpoint::<Pod>::validating(spec, pod::validators())
+                .with_skipped_fields(&pod::UNREAD_BY_VALIDATORS),
+        ),
         MUTATE_ELASTIC_QUOTA => Box::new(TypedEndpoint::<ElasticQuota>::mutating(
             spec,
             elastic_quota::mutators(),
