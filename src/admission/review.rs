@@ -219,7 +219,7 @@ struct WireResponse<'a> {
     patch_type: Option<&'static str>,
     /// base64 of the JSON patch, as the API defines `[]byte` fields.
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     audit_annotations: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -238,6 +238,21 @@ struct WireStatus<'a> {
 struct Empty {}
 
 /// Encodes the response AdmissionReview.
+/// `bytes` in base64 as a JSON string. The alphabet needs no escaping, so it is written as raw JSON:
+/// serde_json would otherwise scan every byte of it for characters to escape.
+fn base64_string(bytes: &[u8]) -> Box<RawValue> {
+    let mut quoted = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
+    quoted.push('"');
+    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut quoted);
+    quoted.push('"');
+    RawValue::from_string(quoted).unwrap_or_else(|e| {
+        // Unreachable (base64 is plain ASCII); kept as an escaped string rather than a panic.
+        tracing::error!(error = %e, "base64 text is not a JSON string");
+        serde_json::value::to_raw_value(&base64::engine::general_purpose::STANDARD.encode(bytes))
+            .unwrap_or_default()
+    })
+}
+
 pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
     let review = WireResponseReview {
         api_version: API_VERSION,
@@ -251,10 +266,7 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
                 message: verdict.message.as_deref(),
             },
             patch_type: verdict.patch.as_ref().map(|_| "JSONPatch"),
-            patch: verdict
-                .patch
-                .as_ref()
-                .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+            patch: verdict.patch.as_deref().map(base64_string),
             audit_annotations: &verdict.audit_annotations,
             warnings: &verdict.warnings,
         },

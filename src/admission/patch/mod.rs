@@ -6,8 +6,9 @@
 
 pub mod pod;
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
+use std::collections::BTreeMap;
+
+use json_patch::PatchOperation;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -21,13 +22,13 @@ pub fn diff<T: Serialize + PartialEq>(
 ) -> Result<Option<Vec<u8>>, serde_json::Error> {
     let mut builder = Builder::default();
     builder.field("", &before, &after)?;
-    builder.finish()
+    Ok(builder.finish())
 }
 
-/// Collects the operations of a patch from diffs of separate parts of one document.
+/// Writes the operations of a patch, as JSON, from diffs of separate parts of one document.
 #[derive(Default)]
 pub struct Builder {
-    ops: Vec<PatchOperation>,
+    out: Vec<u8>,
 }
 
 impl Builder {
@@ -43,56 +44,90 @@ impl Builder {
         if before == after {
             return Ok(());
         }
-        let pointer = || PointerBuf::parse(path).expect("paths are built from literal tokens");
         let before = serde_json::to_value(before)?;
         let after = serde_json::to_value(after)?;
-        match (&before, after) {
-            (_, Value::Null) if !path.is_empty() => self
-                .ops
-                .push(PatchOperation::Remove(RemoveOperation { path: pointer() })),
-            (Value::Null, value) if !path.is_empty() => {
-                self.ops.push(PatchOperation::Add(AddOperation {
-                    path: pointer(),
-                    value,
-                }))
+        match (&before, &after) {
+            (_, Value::Null) if !path.is_empty() => self.op("remove", path, None::<&()>),
+            (Value::Null, value) if !path.is_empty() => self.op("add", path, Some(value)),
+            _ => {
+                for op in json_patch::diff(&before, &after).0 {
+                    let (name, below, value) = match &op {
+                        PatchOperation::Add(o) => ("add", &o.path, Some(&o.value)),
+                        PatchOperation::Remove(o) => ("remove", &o.path, None),
+                        PatchOperation::Replace(o) => ("replace", &o.path, Some(&o.value)),
+                        // A diff yields only the three above.
+                        _ => unreachable!("json_patch::diff made {op}"),
+                    };
+                    self.op(name, &format!("{path}{below}"), value)?;
+                }
+                Ok(())
             }
-            (_, after) => {
-                let root = pointer();
-                self.ops.extend(
-                    json_patch::diff(&before, &after)
-                        .0
-                        .into_iter()
-                        .map(|op| under(&root, op)),
-                );
+        }
+    }
+
+    /// Diffs a map of strings to string-like values (labels, resource lists) key by key, without
+    /// going through JSON values: the common case of a mutation.
+    pub fn string_map<V: Serialize + PartialEq>(
+        &mut self,
+        path: &str,
+        before: Option<&BTreeMap<String, V>>,
+        after: Option<&BTreeMap<String, V>>,
+    ) -> Result<(), serde_json::Error> {
+        let (Some(before), Some(after)) = (before, after) else {
+            return self.field(path, &before, &after);
+        };
+        let key_path = |key: &str| format!("{path}/{}", escape_token(key));
+        for (key, value) in before {
+            match after.get(key) {
+                None => self.op("remove", &key_path(key), None::<&()>)?,
+                Some(new) if new != value => self.op("replace", &key_path(key), Some(new))?,
+                Some(_) => {}
+            }
+        }
+        for (key, value) in after {
+            if !before.contains_key(key) {
+                self.op("add", &key_path(key), Some(value))?;
             }
         }
         Ok(())
     }
 
-    /// The patch as JSON, or `None` when no part changed.
-    pub fn finish(self) -> Result<Option<Vec<u8>>, serde_json::Error> {
-        if self.ops.is_empty() {
-            return Ok(None);
+    fn op<V: Serialize + ?Sized>(
+        &mut self,
+        op: &str,
+        path: &str,
+        value: Option<&V>,
+    ) -> Result<(), serde_json::Error> {
+        self.out.push(if self.out.is_empty() { b'[' } else { b',' });
+        self.out.extend_from_slice(br#"{"op":""#);
+        self.out.extend_from_slice(op.as_bytes());
+        self.out.extend_from_slice(br#"","path":"#);
+        serde_json::to_writer(&mut self.out, path)?;
+        if let Some(value) = value {
+            self.out.extend_from_slice(br#","value":"#);
+            serde_json::to_writer(&mut self.out, value)?;
         }
-        serde_json::to_vec(&Patch(self.ops)).map(Some)
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    /// The patch as JSON, or `None` when no part changed.
+    pub fn finish(mut self) -> Option<Vec<u8>> {
+        if self.out.is_empty() {
+            return None;
+        }
+        self.out.push(b']');
+        Some(self.out)
     }
 }
 
-/// `op` with its path moved below `root`. A diff yields only add, remove and replace.
-fn under(root: &PointerBuf, mut op: PatchOperation) -> PatchOperation {
-    if root.is_root() {
-        return op;
+/// A map key as one JSON pointer token (RFC 6901: `~` is `~0`, `/` is `~1`).
+fn escape_token(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.contains(['~', '/']) {
+        key.replace('~', "~0").replace('/', "~1").into()
+    } else {
+        key.into()
     }
-    let path = match &mut op {
-        PatchOperation::Add(o) => &mut o.path,
-        PatchOperation::Remove(o) => &mut o.path,
-        PatchOperation::Replace(o) => &mut o.path,
-        PatchOperation::Move(o) => &mut o.path,
-        PatchOperation::Copy(o) => &mut o.path,
-        PatchOperation::Test(o) => &mut o.path,
-    };
-    *path = root.concat(path);
-    op
 }
 
 #[cfg(test)]
@@ -102,7 +137,7 @@ mod tests {
 
     /// Applies `patch` to `before` and returns the result.
     pub(super) fn apply(before: &Value, patch: &[u8]) -> Value {
-        let patch: Patch = serde_json::from_slice(patch).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(patch).unwrap();
         let mut doc = before.clone();
         json_patch::patch(&mut doc, &patch).unwrap();
         doc
@@ -136,12 +171,41 @@ mod tests {
             .unwrap();
         builder.field("/d", &before["d"], &after["d"]).unwrap();
         builder.field("/f", &Value::Null, &after["f"]).unwrap();
-        let bytes = builder.finish().unwrap().unwrap();
+        let bytes = builder.finish().unwrap();
         assert_eq!(apply(&before, &bytes), after);
         // And a part that disappears is removed, not set to null.
         let mut builder = Builder::default();
         builder.field("/f", &after["f"], &Value::Null).unwrap();
-        let bytes = builder.finish().unwrap().unwrap();
+        let bytes = builder.finish().unwrap();
         assert_eq!(apply(&after, &bytes), json!({"a": after["a"], "d": [1, 2]}));
+    }
+
+    #[test]
+    fn string_maps_are_diffed_key_by_key() {
+        let before = json!({"m": {"a": "1", "b/c": "2", "d~e": "3"}});
+        let after = json!({"m": {"a": "1", "b/c": "20", "x": "4"}});
+        let map = |v: &Value| -> BTreeMap<String, String> {
+            serde_json::from_value(v["m"].clone()).unwrap()
+        };
+        let mut builder = Builder::default();
+        builder
+            .string_map("/m", Some(&map(&before)), Some(&map(&after)))
+            .unwrap();
+        let bytes = builder.finish().unwrap();
+        assert_eq!(apply(&before, &bytes), after);
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(
+            text.contains(r#""path":"/m/b~1c""#) && text.contains(r#""path":"/m/d~0e""#),
+            "{text}"
+        );
+        // A map that appears or goes is added or removed whole.
+        let mut builder = Builder::default();
+        builder.string_map("/m", None, Some(&map(&after))).unwrap();
+        assert_eq!(apply(&json!({}), &builder.finish().unwrap()), after);
+        let mut builder = Builder::default();
+        builder
+            .string_map::<String>("/m", Some(&map(&after)), None)
+            .unwrap();
+        assert_eq!(apply(&after, &builder.finish().unwrap()), json!({}));
     }
 }

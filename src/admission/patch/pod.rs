@@ -2,7 +2,7 @@
 //! containers' resources, so the rest (env, volumes, probes: most of a pod's bytes) is compared as
 //! typed values and never serialised.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Builder;
@@ -16,7 +16,7 @@ pub fn diff(mut before: Pod, mut after: Pod) -> Result<Option<Vec<u8>>, serde_js
         _ => builder.field("/spec", &before.spec, &after.spec)?,
     }
     builder.field("/status", &before.status, &after.status)?;
-    builder.finish()
+    Ok(builder.finish())
 }
 
 // The parts are taken out of both sides so the remainder compares without them.
@@ -28,8 +28,12 @@ fn metadata(
     let labels = (before.labels.take(), after.labels.take());
     let annotations = (before.annotations.take(), after.annotations.take());
     builder.field("/metadata", before, after)?;
-    builder.field("/metadata/labels", &labels.0, &labels.1)?;
-    builder.field("/metadata/annotations", &annotations.0, &annotations.1)
+    builder.string_map("/metadata/labels", labels.0.as_ref(), labels.1.as_ref())?;
+    builder.string_map(
+        "/metadata/annotations",
+        annotations.0.as_ref(),
+        annotations.1.as_ref(),
+    )
 }
 
 fn spec(
@@ -65,13 +69,28 @@ fn containers_diff(
         }
         let resources = (b.resources.take(), a.resources.take());
         if b == a {
-            builder.field(&format!("{path}/{i}/resources"), &resources.0, &resources.1)?;
+            resources_diff(builder, &format!("{path}/{i}/resources"), resources)?;
         } else {
             (b.resources, a.resources) = resources;
             builder.field(&format!("{path}/{i}"), &*b, &*a)?;
         }
     }
     Ok(())
+}
+
+fn resources_diff(
+    builder: &mut Builder,
+    path: &str,
+    resources: (Option<ResourceRequirements>, Option<ResourceRequirements>),
+) -> Result<(), serde_json::Error> {
+    match resources {
+        (Some(b), Some(a)) if b.claims == a.claims => {
+            let lists = |name| format!("{path}/{name}");
+            builder.string_map(&lists("limits"), b.limits.as_ref(), a.limits.as_ref())?;
+            builder.string_map(&lists("requests"), b.requests.as_ref(), a.requests.as_ref())
+        }
+        (b, a) => builder.field(path, &b, &a),
+    }
 }
 
 #[cfg(test)]
@@ -105,6 +124,9 @@ mod tests {
         case("labels removed", &|v| {
             v["metadata"].as_object_mut().unwrap().remove("labels");
         });
+        case("label changed and one removed", &|v| {
+            v["metadata"]["labels"] = json!({"app": "flink", "k/x~y": "1"})
+        });
         case("annotations added", &|v| {
             v["metadata"]["annotations"] = json!({"k/x": "{\"a\":1}"})
         });
@@ -118,6 +140,9 @@ mod tests {
                     json!({"requests": {"kubernetes.io/batch-cpu": "2k"}, "limits": {"cpu": "1"}})
             },
         );
+        case("one quantity changed", &|v| {
+            v["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("3")
+        });
         case("resources added", &|v| {
             v["spec"]["containers"][1]["resources"] = json!({"limits": {"cpu": "1"}})
         });
