@@ -130,7 +130,7 @@ impl<T: Object> TypedEndpoint<T> {
     }
 
     /// Runs the chain on a decoded request, or denies one whose objects did not decode.
-    async fn run(&self, request: Result<AdmissionRequest<T>, String>, env: &Env) -> Verdict {
+    async fn run(&self, request: Result<Box<AdmissionRequest<T>>, String>, env: &Env) -> Verdict {
         let mut request = match request {
             Ok(request) => request,
             Err(e) => {
@@ -219,7 +219,7 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
                 (
                     head(&w.uid, &w.operation, &w.namespace, &w.name),
                     self.accepts(&w.resource, w.sub_resource.as_deref())
-                        .then(|| w.decode::<T>()),
+                        .then(|| w.decode::<T>().map(Box::new)),
                 )
             }
         };

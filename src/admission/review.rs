@@ -125,7 +125,7 @@ impl<'a> WireRequest<'a> {
 /// body once. `None` when anything is off; [`WireRequest::parse`] then tells a body that is not an
 /// AdmissionReview from an object that does not decode, with the message each deserves. With `skip`,
 /// the fields it names are left out of the objects (see [`super::skip_fields`]).
-pub fn parse_typed<T>(body: &[u8], skip: Option<&SkipFields>) -> Option<AdmissionRequest<T>>
+pub fn parse_typed<T>(body: &[u8], skip: Option<&SkipFields>) -> Option<Box<AdmissionRequest<T>>>
 where
     T: kube::Resource + serde::de::DeserializeOwned,
 {
@@ -136,7 +136,8 @@ where
         api_version: String,
         #[serde(default)]
         kind: String,
-        request: Option<AdmissionRequest<T>>,
+        // Boxed where it is decoded: the request is large and is handed on several times.
+        request: Option<Box<AdmissionRequest<T>>>,
     }
     // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
     let text = std::str::from_utf8(body).ok()?;
