@@ -78,49 +78,59 @@ impl<T> Object for T where
 {
 }
 
+/// What each kind of chain needs beside its plugins: how a mutating chain turns its edit into a
+/// patch, which fields a validating chain may leave undecoded.
 enum Chain<T: Object> {
-    Mutating(Vec<Box<dyn Mutator<T>>>),
-    Validating(Vec<Box<dyn Validator<T>>>),
+    Mutating {
+        plugins: Vec<Box<dyn Mutator<T>>>,
+        differ: patch::Differ<T>,
+    },
+    Validating {
+        plugins: Vec<Box<dyn Validator<T>>>,
+        skip: Option<&'static SkipFields>,
+    },
 }
 
 pub struct TypedEndpoint<T: Object> {
     spec: &'static WebhookSpec,
     chain: Chain<T>,
-    differ: patch::Differ<T>,
-    skip: Option<&'static SkipFields>,
 }
 
 impl<T: Object> TypedEndpoint<T> {
+    /// A mutating chain whose patch is the whole-object diff.
     pub fn mutating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Mutator<T>>>) -> Self {
-        Self {
-            spec,
-            chain: Chain::Mutating(plugins),
-            differ: patch::diff::<T>,
-            skip: None,
-        }
+        Self::mutating_with_differ(spec, plugins, patch::diff::<T>)
     }
 
-    /// Leaves the fields `skip` names out of decoded objects: for validating chains that read none
-    /// of them (a mutating chain's patch would remove them).
-    pub fn with_skipped_fields(self, skip: &'static SkipFields) -> Self {
-        debug_assert!(matches!(self.chain, Chain::Validating(_)));
-        Self {
-            skip: Some(skip),
-            ..self
-        }
-    }
-
-    /// Computes this endpoint's patches with `differ` instead of the whole-object diff.
-    pub fn with_differ(self, differ: patch::Differ<T>) -> Self {
-        Self { differ, ..self }
+    /// A mutating chain whose patch `differ` computes.
+    pub fn mutating_with_differ(
+        spec: &'static WebhookSpec,
+        plugins: Vec<Box<dyn Mutator<T>>>,
+        differ: patch::Differ<T>,
+    ) -> Self {
+        let chain = Chain::Mutating { plugins, differ };
+        Self { spec, chain }
     }
 
     pub fn validating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
-        Self {
-            spec,
-            chain: Chain::Validating(plugins),
-            differ: patch::diff::<T>,
-            skip: None,
+        Self::validating_skipping(spec, plugins, None)
+    }
+
+    /// A validating chain whose objects are decoded without the fields `skip` names (none of its
+    /// plugins reads them).
+    pub fn validating_skipping(
+        spec: &'static WebhookSpec,
+        plugins: Vec<Box<dyn Validator<T>>>,
+        skip: Option<&'static SkipFields>,
+    ) -> Self {
+        let chain = Chain::Validating { plugins, skip };
+        Self { spec, chain }
+    }
+
+    fn skip(&self) -> Option<&'static SkipFields> {
+        match self.chain {
+            Chain::Validating { skip, .. } => skip,
+            Chain::Mutating { .. } => None,
         }
     }
 
@@ -144,11 +154,11 @@ impl<T: Object> TypedEndpoint<T> {
         }
         let ctx = Ctx::new(&request, env);
         let (mut result, mutated) = match &self.chain {
-            Chain::Validating(plugins) => (
+            Chain::Validating { plugins, .. } => (
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
                 None,
             ),
-            Chain::Mutating(plugins) => match &request.object {
+            Chain::Mutating { plugins, differ } => match &request.object {
                 // Nothing to mutate on DELETE.
                 None => (Ok(()), None),
                 Some(original) => {
@@ -156,13 +166,13 @@ impl<T: Object> TypedEndpoint<T> {
                     let result =
                         run_mutators(plugins, &ctx, &mut object, &env.metrics, self.spec.path)
                             .await;
-                    (result, Some(object))
+                    (result, Some((object, differ)))
                 }
             },
         };
         let notes = ctx.into_notes();
         let patch = match (mutated, request.object.take()) {
-            (Some(after), Some(before)) if result.is_ok() => (self.differ)(before, after)
+            (Some((after, differ)), Some(before)) if result.is_ok() => differ(before, after)
                 .unwrap_or_else(|e| {
                     result = Err(Rejection::internal(format!(
                         "cannot encode the mutated object: {e}"
@@ -207,7 +217,7 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
                 name: name.to_owned(),
             };
         // `None`: a request for another resource, answered with an allow.
-        let (head, request) = match review::parse_typed::<T>(body, self.skip) {
+        let (head, request) = match review::parse_typed::<T>(body, self.skip()) {
             Some(r) => (
                 head(&r.uid, &r.operation, &r.namespace, &r.name),
                 self.accepts(&r.resource, r.sub_resource.as_deref())

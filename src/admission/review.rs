@@ -238,7 +238,6 @@ struct WireStatus<'a> {
 #[derive(Serialize)]
 struct Empty {}
 
-/// Encodes the response AdmissionReview.
 /// `bytes` in base64 as a JSON string. The alphabet needs no escaping, so it is written as raw JSON:
 /// serde_json would otherwise scan every byte of it for characters to escape.
 fn base64_string(bytes: &[u8]) -> Box<RawValue> {
@@ -254,6 +253,7 @@ fn base64_string(bytes: &[u8]) -> Box<RawValue> {
     })
 }
 
+/// Encodes the response AdmissionReview.
 pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
     let review = WireResponseReview {
         api_version: API_VERSION,

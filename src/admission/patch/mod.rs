@@ -9,6 +9,7 @@ pub mod pod;
 use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
+use json_patch::jsonptr::Token;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -76,7 +77,7 @@ impl Builder {
         let (Some(before), Some(after)) = (before, after) else {
             return self.field(path, &before, &after);
         };
-        let key_path = |key: &str| format!("{path}/{}", escape_token(key));
+        let key_path = |key: &str| format!("{path}/{}", Token::new(key).encoded());
         for (key, value) in before {
             match after.get(key) {
                 None => self.op("remove", &key_path(key), None::<&()>)?,
@@ -118,15 +119,6 @@ impl Builder {
         }
         self.out.push(b']');
         Some(self.out)
-    }
-}
-
-/// A map key as one JSON pointer token (RFC 6901: `~` is `~0`, `/` is `~1`).
-fn escape_token(key: &str) -> std::borrow::Cow<'_, str> {
-    if key.contains(['~', '/']) {
-        key.replace('~', "~0").replace('/', "~1").into()
-    } else {
-        key.into()
     }
 }
 

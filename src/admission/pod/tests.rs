@@ -101,12 +101,12 @@ fn review(object: &Value) -> Vec<u8> {
 async fn verdicts_are_the_same_with_and_without_the_left_out_fields() {
     let spec = find(VALIDATE_POD).unwrap();
     let endpoints = |skip: bool| -> Vec<Box<dyn Endpoint>> {
-        let endpoint = TypedEndpoint::validating(spec, super::validators());
-        vec![Box::new(if skip {
-            endpoint.with_skipped_fields(&UNREAD_BY_VALIDATORS)
-        } else {
-            endpoint
-        })]
+        let skip = skip.then_some(&UNREAD_BY_VALIDATORS);
+        vec![Box::new(TypedEndpoint::validating_skipping(
+            spec,
+            super::validators(),
+            skip,
+        ))]
     };
     let admission = |skip| {
         let mut gates = FeatureGates::default();
