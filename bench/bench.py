@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "target", "bench")
 DURATION = int(os.environ.get("BENCH_DURATION", "10"))
 OHA = os.environ.get("OHA", "oha")
-KOORD = os.path.join(ROOT, "target", "release", "koord-webhook")
+# KOORD=path compares another build of the server (e.g. an older commit) under the same load.
+KOORD = os.environ.get("KOORD", os.path.join(ROOT, "target", "release", "koord-webhook"))
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -78,8 +78,7 @@ impl<T> Object for T where
 {
 }
 
-/// What each kind of chain needs beside its plugins: how a mutating chain turns its edit into a
-/// patch, which fields a validating chain may leave undecoded.
+/// The plugins of a chain, and for a mutating one how its edit becomes a patch.
 enum Chain<T: Object> {
     Mutating {
         plugins: Vec<Box<dyn Mutator<T>>>,
@@ -87,13 +86,14 @@ enum Chain<T: Object> {
     },
     Validating {
         plugins: Vec<Box<dyn Validator<T>>>,
-        skip: Option<&'static SkipFields>,
     },
 }
 
 pub struct TypedEndpoint<T: Object> {
     spec: &'static WebhookSpec,
     chain: Chain<T>,
+    /// Fields none of the plugins reads or writes, left out when objects are decoded.
+    skip: Option<&'static SkipFields>,
 }
 
 impl<T: Object> TypedEndpoint<T> {
@@ -102,35 +102,47 @@ impl<T: Object> TypedEndpoint<T> {
         Self::mutating_with_differ(spec, plugins, patch::diff::<T>)
     }
 
-    /// A mutating chain whose patch `differ` computes.
+    /// A mutating chain whose patch `differ` computes. The differ must diff below every field that
+    /// both sides hold (never replace an object whole), so that fields left out of both by
+    /// [`Self::skipping`] stay out of the patch.
     pub fn mutating_with_differ(
         spec: &'static WebhookSpec,
         plugins: Vec<Box<dyn Mutator<T>>>,
         differ: patch::Differ<T>,
     ) -> Self {
         let chain = Chain::Mutating { plugins, differ };
-        Self { spec, chain }
+        Self {
+            spec,
+            chain,
+            skip: None,
+        }
     }
 
     pub fn validating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
-        Self::validating_skipping(spec, plugins, None)
+        let chain = Chain::Validating { plugins };
+        Self {
+            spec,
+            chain,
+            skip: None,
+        }
     }
 
-    /// A validating chain whose objects are decoded without the fields `skip` names (none of its
-    /// plugins reads them).
-    pub fn validating_skipping(
-        spec: &'static WebhookSpec,
-        plugins: Vec<Box<dyn Validator<T>>>,
-        skip: Option<&'static SkipFields>,
-    ) -> Self {
-        let chain = Chain::Validating { plugins, skip };
-        Self { spec, chain }
+    /// Objects are decoded without the fields `skip` names: none of the plugins reads them, and
+    /// none writes them unless it says so ([`Mutator::edits_any_field`]).
+    pub fn skipping(mut self, skip: &'static SkipFields) -> Self {
+        self.skip = Some(skip);
+        self
     }
 
-    fn skip(&self) -> Option<&'static SkipFields> {
-        match self.chain {
-            Chain::Validating { skip, .. } => skip,
-            Chain::Mutating { .. } => None,
+    /// What to leave out of this request's objects: nothing while a mutator may edit any field.
+    fn skip(&self, env: &Env) -> Option<&'static SkipFields> {
+        let skip = self.skip?;
+        match &self.chain {
+            Chain::Mutating { plugins, .. } => (!plugins
+                .iter()
+                .any(|p| p.enabled(&env.gates) && p.edits_any_field(&env.cache)))
+            .then_some(skip),
+            Chain::Validating { .. } => Some(skip),
         }
     }
 
@@ -217,7 +229,7 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
                 name: name.to_owned(),
             };
         // `None`: a request for another resource, answered with an allow.
-        let (head, request) = match review::parse_typed::<T>(body, self.skip()) {
+        let (head, request) = match review::parse_typed::<T>(body, self.skip(env)) {
             Some(r) => (
                 head(&r.uid, &r.operation, &r.namespace, &r.name),
                 self.accepts(&r.resource, r.sub_resource.as_deref())

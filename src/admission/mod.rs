@@ -230,16 +230,14 @@ fn timed_out(spec: &WebhookSpec, budget: Duration, api_timeout: Duration) -> Ver
 fn build_endpoint(spec: &'static WebhookSpec) -> Box<dyn Endpoint> {
     use webhooks::*;
     match spec.path {
-        MUTATE_POD => Box::new(TypedEndpoint::<Pod>::mutating_with_differ(
-            spec,
-            pod::mutators(),
-            patch::pod::diff,
-        )),
-        VALIDATE_POD => Box::new(TypedEndpoint::<Pod>::validating_skipping(
-            spec,
-            pod::validators(),
-            Some(&pod::UNREAD_BY_VALIDATORS),
-        )),
+        MUTATE_POD => Box::new(
+            TypedEndpoint::<Pod>::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
+                .skipping(&pod::UNTOUCHED_BY_PLUGINS),
+        ),
+        VALIDATE_POD => Box::new(
+            TypedEndpoint::<Pod>::validating(spec, pod::validators())
+                .skipping(&pod::UNTOUCHED_BY_PLUGINS),
+        ),
         MUTATE_ELASTIC_QUOTA => Box::new(TypedEndpoint::<ElasticQuota>::mutating(
             spec,
             elastic_quota::mutators(),

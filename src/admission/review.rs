@@ -241,15 +241,19 @@ struct Empty {}
 /// `bytes` in base64 as a JSON string. The alphabet needs no escaping, so it is written as raw JSON:
 /// serde_json would otherwise scan every byte of it for characters to escape.
 fn base64_string(bytes: &[u8]) -> Box<RawValue> {
-    let mut quoted = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
-    quoted.push('"');
-    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut quoted);
-    quoted.push('"');
-    RawValue::from_string(quoted).unwrap_or_else(|e| {
+    let engine = &base64::engine::general_purpose::STANDARD;
+    // Encoded into a buffer of the exact size: the engine's string encoder goes in small chunks.
+    let len = base64::encoded_len(bytes.len(), true).unwrap_or_default();
+    let mut quoted = vec![b'"'; len + 2];
+    let text = engine
+        .encode_slice(bytes, &mut quoted[1..=len])
+        .ok()
+        .and_then(|_| String::from_utf8(quoted).ok())
+        .and_then(|quoted| RawValue::from_string(quoted).ok());
+    text.unwrap_or_else(|| {
         // Unreachable (base64 is plain ASCII); kept as an escaped string rather than a panic.
-        tracing::error!(error = %e, "base64 text is not a JSON string");
-        serde_json::value::to_raw_value(&base64::engine::general_purpose::STANDARD.encode(bytes))
-            .unwrap_or_default()
+        tracing::error!("base64 text is not a JSON string");
+        serde_json::value::to_raw_value(&engine.encode(bytes)).unwrap_or_default()
     })
 }
 
@@ -272,8 +276,10 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
             warnings: &verdict.warnings,
         },
     };
+    let patch = review.response.patch.as_ref().map_or(0, |p| p.get().len());
+    let mut out = Vec::with_capacity(512 + patch);
     // Serialising plain strings, numbers and maps of strings cannot fail.
-    serde_json::to_vec(&review).unwrap_or_default()
+    serde_json::to_writer(&mut out, &review).map_or_else(|_| Vec::new(), |()| out)
 }
 
 #[cfg(test)]

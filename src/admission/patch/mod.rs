@@ -10,11 +10,42 @@ use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
 use json_patch::jsonptr::Token;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Serialize;
 use serde_json::Value;
 
 /// How an endpoint turns the object before and after its chain into a patch.
 pub type Differ<T> = fn(T, T) -> Result<Option<Vec<u8>>, serde_json::Error>;
+
+/// A value that is a string in JSON: label values, quantities.
+pub trait Text: Serialize + PartialEq {
+    fn text(&self) -> &str;
+}
+
+impl Text for String {
+    fn text(&self) -> &str {
+        self
+    }
+}
+
+impl Text for Quantity {
+    fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Writes `s` as a JSON string. Paths, label values and quantities rarely need escaping, and
+/// serde_json's escaper costs tens of instructions a byte: it is kept for the strings that do.
+fn json_string(out: &mut Vec<u8>, s: &str) -> Result<(), serde_json::Error> {
+    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        return serde_json::to_writer(out, s);
+    }
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
+    Ok(())
+}
 
 /// RFC 6902 diff between the object before and after the chain; `None` when nothing changed.
 pub fn diff<T: Serialize + PartialEq>(
@@ -30,6 +61,8 @@ pub fn diff<T: Serialize + PartialEq>(
 #[derive(Default)]
 pub struct Builder {
     out: Vec<u8>,
+    /// Reused for the paths of map keys (a mutation writes tens of them).
+    key_path: String,
 }
 
 impl Builder {
@@ -68,7 +101,7 @@ impl Builder {
 
     /// Diffs a map of strings to string-like values (labels, resource lists) key by key, without
     /// going through JSON values: the common case of a mutation.
-    pub fn string_map<V: Serialize + PartialEq>(
+    pub fn string_map<V: Text>(
         &mut self,
         path: &str,
         before: Option<&BTreeMap<String, V>>,
@@ -77,19 +110,42 @@ impl Builder {
         let (Some(before), Some(after)) = (before, after) else {
             return self.field(path, &before, &after);
         };
-        let key_path = |key: &str| format!("{path}/{}", Token::new(key).encoded());
         for (key, value) in before {
             match after.get(key) {
-                None => self.op("remove", &key_path(key), None::<&()>)?,
-                Some(new) if new != value => self.op("replace", &key_path(key), Some(new))?,
+                None => self.key_op("remove", path, key, None)?,
+                Some(new) if new != value => self.key_op("replace", path, key, Some(new.text()))?,
                 Some(_) => {}
             }
         }
         for (key, value) in after {
             if !before.contains_key(key) {
-                self.op("add", &key_path(key), Some(value))?;
+                self.key_op("add", path, key, Some(value.text()))?;
             }
         }
+        Ok(())
+    }
+
+    /// An operation on the member `key` of the map at `path`.
+    fn key_op(
+        &mut self,
+        op: &str,
+        path: &str,
+        key: &str,
+        value: Option<&str>,
+    ) -> Result<(), serde_json::Error> {
+        let mut key_path = std::mem::take(&mut self.key_path);
+        key_path.clear();
+        key_path.push_str(path);
+        key_path.push('/');
+        key_path.push_str(Token::new(key).encoded());
+        let written = self.op_start(op, &key_path);
+        self.key_path = key_path;
+        written?;
+        if let Some(value) = value {
+            self.out.extend_from_slice(br#","value":"#);
+            json_string(&mut self.out, value)?;
+        }
+        self.out.push(b'}');
         Ok(())
     }
 
@@ -99,17 +155,28 @@ impl Builder {
         path: &str,
         value: Option<&V>,
     ) -> Result<(), serde_json::Error> {
-        self.out.push(if self.out.is_empty() { b'[' } else { b',' });
-        self.out.extend_from_slice(br#"{"op":""#);
-        self.out.extend_from_slice(op.as_bytes());
-        self.out.extend_from_slice(br#"","path":"#);
-        serde_json::to_writer(&mut self.out, path)?;
+        self.op_start(op, path)?;
         if let Some(value) = value {
             self.out.extend_from_slice(br#","value":"#);
             serde_json::to_writer(&mut self.out, value)?;
         }
         self.out.push(b'}');
         Ok(())
+    }
+
+    /// Writes an operation up to its value: `{"op":..,"path":..`.
+    fn op_start(&mut self, op: &str, path: &str) -> Result<(), serde_json::Error> {
+        if self.out.is_empty() {
+            // Room for a typical mutation's operations without regrowing.
+            self.out.reserve(2048);
+            self.out.push(b'[');
+        } else {
+            self.out.push(b',');
+        }
+        self.out.extend_from_slice(br#"{"op":""#);
+        self.out.extend_from_slice(op.as_bytes());
+        self.out.extend_from_slice(br#"","path":"#);
+        json_string(&mut self.out, path)
     }
 
     /// The patch as JSON, or `None` when no part changed.
@@ -123,16 +190,34 @@ impl Builder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
     /// Applies `patch` to `before` and returns the result.
-    pub(super) fn apply(before: &Value, patch: &[u8]) -> Value {
+    pub(crate) fn apply(before: &Value, patch: &[u8]) -> Value {
         let patch: json_patch::Patch = serde_json::from_slice(patch).unwrap();
         let mut doc = before.clone();
         json_patch::patch(&mut doc, &patch).unwrap();
         doc
+    }
+
+    #[test]
+    fn strings_are_written_as_json_strings() {
+        for s in [
+            "plain/path",
+            "",
+            "quote\"d",
+            "back\\slash",
+            "tab\tnew\nline",
+            "\u{1}",
+            "ünï ☃",
+        ] {
+            let mut out = Vec::new();
+            json_string(&mut out, s).unwrap();
+            assert_eq!(serde_json::from_slice::<String>(&out).unwrap(), s);
+            assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::admission::chain::{Ctx, Mutator, Step};
 use crate::admission::colocation::{self, apply_metadata, draw, priority_class};
 use crate::admission::outcome::{PluginResult, Rejection};
 use crate::apis::keys::SKIP_UPDATE_RESOURCES;
+use crate::cache::Cache;
 use crate::features::Gate;
 use crate::resources::strategic_merge::POD_KEYS;
 
@@ -24,6 +25,13 @@ impl Mutator<Pod> for ApplyColocationProfiles {
             return Ok(()).into();
         }
         apply(ctx, pod).into()
+    }
+
+    fn edits_any_field(&self, cache: &Cache) -> bool {
+        cache
+            .colocation_profiles
+            .find(|p| p.spec.patch.is_some())
+            .is_some()
     }
 }
 

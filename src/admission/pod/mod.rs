@@ -39,10 +39,11 @@ pub fn validators() -> Vec<Box<dyn Validator<Pod>>> {
     ]
 }
 
-/// Fields no validator above reads, left out when /validate-pod decodes a pod: a large pod's env,
-/// args, probes and mounts are most of its decoding time. A validator that comes to read one of
-/// them takes it off this list (the tests decode pods with and without it).
-pub static UNREAD_BY_VALIDATORS: SkipFields = SkipFields(&[
+/// Fields no plugin above reads or writes, left out when /validate-pod and /mutate-pod decode a pod:
+/// a large pod's env, args, probes and mounts are most of its decoding time. A plugin that comes to
+/// read or write one of them takes it off this list (the tests decode pods with and without it).
+/// A colocation profile's patch may edit any field: while one exists, /mutate-pod decodes pods whole.
+pub static UNTOUCHED_BY_PLUGINS: SkipFields = SkipFields(&[
     (
         "Container",
         &[

@@ -1,12 +1,13 @@
-//! /validate-pod leaves fields out of the pods it decodes: the verdicts must not change.
+//! /validate-pod and /mutate-pod leave fields out of the pods they decode: verdicts and patched
+//! pods must not change.
 
 use serde_json::{Value, json};
 
-use super::UNREAD_BY_VALIDATORS;
+use super::UNTOUCHED_BY_PLUGINS;
 use crate::admission::Admission;
 use crate::admission::endpoint::{Endpoint, TypedEndpoint};
-use crate::admission::webhooks::{VALIDATE_POD, find};
-use crate::cache::Cache;
+use crate::admission::webhooks::{MUTATE_POD, VALIDATE_POD, find};
+use crate::cache::{Cache, CacheWriter, CachedObject};
 use crate::features::{FeatureGates, Gate};
 use crate::metrics::Metrics;
 
@@ -101,12 +102,11 @@ fn review(object: &Value) -> Vec<u8> {
 async fn verdicts_are_the_same_with_and_without_the_left_out_fields() {
     let spec = find(VALIDATE_POD).unwrap();
     let endpoints = |skip: bool| -> Vec<Box<dyn Endpoint>> {
-        let skip = skip.then_some(&UNREAD_BY_VALIDATORS);
-        vec![Box::new(TypedEndpoint::validating_skipping(
-            spec,
-            super::validators(),
-            skip,
-        ))]
+        let endpoint = TypedEndpoint::validating(spec, super::validators());
+        vec![Box::new(match skip {
+            true => endpoint.skipping(&UNTOUCHED_BY_PLUGINS),
+            false => endpoint,
+        })]
     };
     let admission = |skip| {
         let mut gates = FeatureGates::default();
@@ -141,15 +141,135 @@ fn snake(name: &str) -> String {
         .collect()
 }
 
+/// A cache whose profiles touch every mutator: metadata, scheduler, batch priority (so resources
+/// become batch resources and the extended-resource-spec annotation is written), and, if
+/// `with_patch`, a strategic merge patch that adds env and a volume (fields the decode leaves out).
+fn profile_cache(with_patch: bool) -> Cache {
+    let mut writer = CacheWriter::default();
+    let mut spec = json!({"selector": {"matchLabels": {"app": "spark"}},
+        "labels": {"koordinator.sh/qosClass": "BE"}, "annotations": {"colocated": "yes"},
+        "schedulerName": "koord-scheduler", "priorityClassName": "koord-batch"});
+    if with_patch {
+        spec["patch"] = json!({"spec": {
+            "containers": [{"name": "main", "env": [{"name": "FROM_PROFILE", "value": "1"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}]}});
+    }
+    writer.apply(CachedObject::ColocationProfile(
+        serde_json::from_value(json!({
+        "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+        "metadata": {"name": "spark"}, "spec": spec}))
+        .unwrap(),
+    ));
+    writer.apply(CachedObject::PriorityClass(
+        serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "koord-batch"}, "value": 5500}))
+        .unwrap(),
+    ));
+    writer.reader()
+}
+
+/// The pod a /mutate-pod answer makes of `object`.
+fn patched(object: &Value, response: &[u8]) -> Value {
+    use base64::Engine;
+    let response: Value = serde_json::from_slice(response).unwrap();
+    assert_eq!(response["response"]["allowed"], true, "{response}");
+    let Some(patch) = response["response"]["patch"].as_str() else {
+        return object.clone();
+    };
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    crate::admission::patch::tests::apply(object, &patch)
+}
+
+#[tokio::test]
+async fn patched_pods_are_the_same_with_and_without_the_left_out_fields() {
+    let spec = find(MUTATE_POD).unwrap();
+    let admission = |skip: bool, cache: Cache| {
+        let endpoint = TypedEndpoint::mutating_with_differ(
+            spec,
+            super::mutators(),
+            crate::admission::patch::pod::diff,
+        );
+        let endpoint: Box<dyn Endpoint> = Box::new(match skip {
+            true => endpoint.skipping(&UNTOUCHED_BY_PLUGINS),
+            false => endpoint,
+        });
+        Admission::with_endpoints(
+            vec![endpoint],
+            cache,
+            FeatureGates::default(),
+            Metrics::new(),
+        )
+    };
+    let spark = json!({"app": "spark"});
+    let cpu =
+        json!({"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}});
+    let pods = [
+        pod(spark.clone(), json!({}), json!({}), cpu.clone()),
+        pod(
+            spark,
+            json!({"owner": "x"}),
+            json!({"priority": 1}),
+            json!({}),
+        ),
+        pod(json!({"app": "web"}), json!({}), json!({}), cpu),
+    ];
+    for with_patch in [false, true] {
+        let (full, slim) = (
+            admission(false, profile_cache(with_patch)),
+            admission(true, profile_cache(with_patch)),
+        );
+        for (i, object) in pods.iter().enumerate() {
+            let body = review(object);
+            let a = patched(object, &full.review(MUTATE_POD, &body, None).await.unwrap());
+            let b = patched(object, &slim.review(MUTATE_POD, &body, None).await.unwrap());
+            assert_eq!(a, b, "pod {i}, profile patch {with_patch}");
+            // The left-out fields are kept, the mutation happened, and the profile's patch is in.
+            let main = &a["spec"]["containers"][0];
+            let env = main["env"].as_array().unwrap();
+            for kept in object["spec"]["containers"][0]["env"].as_array().unwrap() {
+                assert!(env.contains(kept), "pod {i}: {kept} lost");
+            }
+            assert!(
+                a["spec"]["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&object["spec"]["volumes"][0])
+            );
+            if i < 2 {
+                assert_eq!(a["spec"]["schedulerName"], "koord-scheduler", "pod {i}");
+                assert_eq!(
+                    env.iter().any(|e| e["name"] == "FROM_PROFILE"),
+                    with_patch,
+                    "pod {i}"
+                );
+            } else {
+                assert_eq!(&a, object, "pod {i} matches no profile");
+            }
+        }
+    }
+    // With a profile carrying a patch the endpoint decodes pods whole, without it it does not.
+    assert!(!super::mutators()[0].edits_any_field(&profile_cache(false)));
+    assert!(super::mutators()[0].edits_any_field(&profile_cache(true)));
+}
+
 #[test]
-fn no_validator_reads_a_left_out_field() {
-    // The validators of /validate-pod and the helpers they share.
+fn no_plugin_touches_a_left_out_field() {
+    // The plugins of /validate-pod and /mutate-pod and the helpers they share.
     let sources = [
         include_str!("forbidden_reserve_pod.rs"),
         include_str!("colocation_rules.rs"),
         include_str!("device_validation.rs"),
         include_str!("enhanced_validator.rs"),
         include_str!("reservation_affinity.rs"),
+        include_str!("colocation_profile.rs"),
+        include_str!("extended_resource_spec.rs"),
+        include_str!("multi_quota_tree.rs"),
+        include_str!("device_resources.rs"),
+        include_str!("batch_resources.rs"),
+        include_str!("../colocation/mod.rs"),
         include_str!("../elastic_quota/pod_topology_check.rs"),
         include_str!("../elastic_quota/pod_evaluation.rs"),
         include_str!("../elastic_quota/evaluation.rs"),
@@ -158,7 +278,7 @@ fn no_validator_reads_a_left_out_field() {
         include_str!("../../resources/priority.rs"),
         include_str!("../../resources/list.rs"),
     ];
-    for (_, fields) in UNREAD_BY_VALIDATORS.0 {
+    for (_, fields) in UNTOUCHED_BY_PLUGINS.0 {
         for field in *fields {
             let access = format!(".{}", snake(field));
             for source in sources {
@@ -168,7 +288,7 @@ fn no_validator_reads_a_left_out_field() {
                 });
                 assert!(
                     !hit,
-                    "a validator reads `{access}`: take {field:?} off UNREAD_BY_VALIDATORS"
+                    "a plugin touches `{access}`: take {field:?} off UNTOUCHED_BY_PLUGINS"
                 );
             }
         }
