@@ -216,11 +216,7 @@ struct WireResponse<'a> {
     uid: &'a str,
     allowed: bool,
     status: WireStatus<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    /// base64 of the JSON patch, as the API defines `[]byte` fields.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<Box<RawValue>>,
+    // `patchType` and `patch` are appended by [`append_patch`].
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     audit_annotations: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -238,25 +234,6 @@ struct WireStatus<'a> {
 #[derive(Serialize)]
 struct Empty {}
 
-/// `bytes` in base64 as a JSON string. The alphabet needs no escaping, so it is written as raw JSON:
-/// serde_json would otherwise scan every byte of it for characters to escape.
-fn base64_string(bytes: &[u8]) -> Box<RawValue> {
-    let engine = &base64::engine::general_purpose::STANDARD;
-    // Encoded into a buffer of the exact size: the engine's string encoder goes in small chunks.
-    let len = base64::encoded_len(bytes.len(), true).unwrap_or_default();
-    let mut quoted = vec![b'"'; len + 2];
-    let text = engine
-        .encode_slice(bytes, &mut quoted[1..=len])
-        .ok()
-        .and_then(|_| String::from_utf8(quoted).ok())
-        .and_then(|quoted| RawValue::from_string(quoted).ok());
-    text.unwrap_or_else(|| {
-        // Unreachable (base64 is plain ASCII); kept as an escaped string rather than a panic.
-        tracing::error!("base64 text is not a JSON string");
-        serde_json::value::to_raw_value(&engine.encode(bytes)).unwrap_or_default()
-    })
-}
-
 /// Encodes the response AdmissionReview.
 pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
     let review = WireResponseReview {
@@ -270,16 +247,45 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
                 code: verdict.code,
                 message: verdict.message.as_deref(),
             },
-            patch_type: verdict.patch.as_ref().map(|_| "JSONPatch"),
-            patch: verdict.patch.as_deref().map(base64_string),
             audit_annotations: &verdict.audit_annotations,
             warnings: &verdict.warnings,
         },
     };
-    let patch = review.response.patch.as_ref().map_or(0, |p| p.get().len());
-    let mut out = Vec::with_capacity(512 + patch);
+    let patch = verdict.patch.as_deref().unwrap_or_default();
+    let mut out = Vec::with_capacity(512 + patch.len().div_ceil(3) * 4);
     // Serialising plain strings, numbers and maps of strings cannot fail.
-    serde_json::to_writer(&mut out, &review).map_or_else(|_| Vec::new(), |()| out)
+    if serde_json::to_writer(&mut out, &review).is_err() {
+        out.clear();
+    }
+    if let Some(patch) = &verdict.patch {
+        append_patch(&mut out, patch);
+    }
+    out
+}
+
+/// Adds `patchType` and `patch` (base64, as the API encodes `[]byte`) as the response's last fields.
+/// The base64 text goes straight into the output: serde_json would scan all of it for characters to
+/// escape, and the alphabet has none.
+fn append_patch(out: &mut Vec<u8>, patch: &[u8]) {
+    let engine = &base64::engine::general_purpose::STANDARD;
+    // The review ends with the closing braces of `response` and of the review itself.
+    let Some(body) = out.len().checked_sub(2).filter(|&n| &out[n..] == b"}}") else {
+        tracing::error!("the encoded review does not end its response object");
+        return;
+    };
+    out.truncate(body);
+    out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+    let start = out.len();
+    out.resize(
+        start + base64::encoded_len(patch.len(), true).unwrap_or_default(),
+        0,
+    );
+    if engine.encode_slice(patch, &mut out[start..]).is_err() {
+        // Unreachable: the room is exactly the encoded length.
+        out.truncate(start);
+        out.extend_from_slice(engine.encode(patch).as_bytes());
+    }
+    out.extend_from_slice(br#""}}"#);
 }
 
 #[cfg(test)]
@@ -341,13 +347,31 @@ mod tests {
         verdict.patch = Some(br#"[{"op":"add","path":"/a","value":1}]"#.to_vec());
         let out: serde_json::Value = serde_json::from_slice(&encode("u", &verdict)).unwrap();
         let response = &out["response"];
+        assert_eq!(out["kind"], "AdmissionReview");
         assert_eq!(response["uid"], "u");
         assert_eq!(response["patchType"], "JSONPatch");
         let b64 = response["patch"].as_str().expect("patch is a string");
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap();
-        assert_eq!(decoded, verdict.patch.unwrap());
+        assert_eq!(decoded, verdict.patch.clone().unwrap());
         assert_eq!(response["status"]["code"], 200);
+        // With every optional field, and patches of each length modulo 3 (base64 padding).
+        verdict.warnings = vec!["w \"quoted\"".into()];
+        verdict.audit_annotations.insert("k".into(), "v".into());
+        for len in 0..4 {
+            verdict.patch = Some(vec![b'x'; len]);
+            let out: serde_json::Value = serde_json::from_slice(&encode("u", &verdict)).unwrap();
+            let response = &out["response"];
+            assert_eq!(response["warnings"][0], "w \"quoted\"");
+            assert_eq!(response["auditAnnotations"]["k"], "v");
+            let b64 = response["patch"].as_str().unwrap();
+            let decoded = base64::engine::general_purpose::STANDARD.decode(b64);
+            assert_eq!(decoded.unwrap(), vec![b'x'; len]);
+        }
+        // No patch, no patch fields.
+        let out: serde_json::Value =
+            serde_json::from_slice(&encode("u", &Verdict::allow())).unwrap();
+        assert!(out["response"].get("patchType").is_none());
     }
 }
