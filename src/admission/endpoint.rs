@@ -166,7 +166,7 @@ impl<T: Object> TypedEndpoint<T> {
         }
         let ctx = Ctx::new(&request, env);
         let (mut result, mutated) = match &self.chain {
-            Chain::Validating { plugins, .. } => (
+            Chain::Validating { plugins } => (
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
                 None,
             ),

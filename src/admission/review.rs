@@ -251,8 +251,8 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
             warnings: &verdict.warnings,
         },
     };
-    let patch = verdict.patch.as_deref().unwrap_or_default();
-    let mut out = Vec::with_capacity(512 + patch.len().div_ceil(3) * 4);
+    let patch_len = verdict.patch.as_ref().map_or(0, |p| base64_len(p));
+    let mut out = Vec::with_capacity(512 + patch_len);
     // Serialising plain strings, numbers and maps of strings cannot fail.
     if serde_json::to_writer(&mut out, &review).is_err() {
         out.clear();
@@ -261,6 +261,11 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
         append_patch(&mut out, patch);
     }
     out
+}
+
+/// The length of `bytes` in padded base64.
+fn base64_len(bytes: &[u8]) -> usize {
+    base64::encoded_len(bytes.len(), true).unwrap_or_default()
 }
 
 /// Adds `patchType` and `patch` (base64, as the API encodes `[]byte`) as the response's last fields.
@@ -276,10 +281,7 @@ fn append_patch(out: &mut Vec<u8>, patch: &[u8]) {
     out.truncate(body);
     out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
     let start = out.len();
-    out.resize(
-        start + base64::encoded_len(patch.len(), true).unwrap_or_default(),
-        0,
-    );
+    out.resize(start + base64_len(patch), 0);
     if engine.encode_slice(patch, &mut out[start..]).is_err() {
         // Unreachable: the room is exactly the encoded length.
         out.truncate(start);

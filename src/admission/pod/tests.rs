@@ -1,6 +1,7 @@
 //! /validate-pod and /mutate-pod leave fields out of the pods they decode: verdicts and patched
 //! pods must not change.
 
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::UNTOUCHED_BY_PLUGINS;
@@ -98,15 +99,22 @@ fn review(object: &Value) -> Vec<u8> {
     .unwrap()
 }
 
+/// The endpoint as the server builds it (`skip`), or decoding pods whole.
+fn skipping_if(skip: bool, endpoint: TypedEndpoint<Pod>) -> Box<dyn Endpoint> {
+    match skip {
+        true => Box::new(endpoint.skipping(&UNTOUCHED_BY_PLUGINS)),
+        false => Box::new(endpoint),
+    }
+}
+
 #[tokio::test]
 async fn verdicts_are_the_same_with_and_without_the_left_out_fields() {
     let spec = find(VALIDATE_POD).unwrap();
     let endpoints = |skip: bool| -> Vec<Box<dyn Endpoint>> {
-        let endpoint = TypedEndpoint::validating(spec, super::validators());
-        vec![Box::new(match skip {
-            true => endpoint.skipping(&UNTOUCHED_BY_PLUGINS),
-            false => endpoint,
-        })]
+        vec![skipping_if(
+            skip,
+            TypedEndpoint::validating(spec, super::validators()),
+        )]
     };
     let admission = |skip| {
         let mut gates = FeatureGates::default();
@@ -192,12 +200,8 @@ async fn patched_pods_are_the_same_with_and_without_the_left_out_fields() {
             super::mutators(),
             crate::admission::patch::pod::diff,
         );
-        let endpoint: Box<dyn Endpoint> = Box::new(match skip {
-            true => endpoint.skipping(&UNTOUCHED_BY_PLUGINS),
-            false => endpoint,
-        });
         Admission::with_endpoints(
-            vec![endpoint],
+            vec![skipping_if(skip, endpoint)],
             cache,
             FeatureGates::default(),
             Metrics::new(),
