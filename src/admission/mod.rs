@@ -9,6 +9,7 @@ pub mod colocation;
 pub mod configmap;
 pub mod elastic_quota;
 pub mod endpoint;
+pub mod json_write;
 pub mod node;
 pub mod outcome;
 pub mod patch;

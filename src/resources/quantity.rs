@@ -132,10 +132,6 @@ impl Qty {
             format: self.format,
         }
     }
-
-    pub fn to_quantity(self) -> Quantity {
-        Quantity(self.to_string())
-    }
 }
 
 impl TryFrom<&Quantity> for Qty {
@@ -152,6 +148,7 @@ fn pow10(exp: u32) -> Option<i128> {
 impl FromStr for Qty {
     type Err = QuantityError;
 
+    // Runs for every quantity of every pod review: no allocation, no formatting machinery.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let err = || QuantityError(text.to_owned());
         let s = text.trim();
@@ -160,18 +157,30 @@ impl FromStr for Qty {
             Some(b'+') => (false, &s[1..]),
             _ => (false, s),
         };
-        let number_end = s
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(s.len());
-        let (number, suffix) = s.split_at(number_end);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        let (mut mantissa, mut digits, mut frac_len, mut dot) = (0i128, 0usize, 0i32, false);
+        let mut number_end = s.len();
+        for (i, b) in s.bytes().enumerate() {
+            match b {
+                b'0'..=b'9' => {
+                    mantissa = mantissa
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(i128::from(b - b'0')))
+                        .ok_or_else(err)?;
+                    digits += 1;
+                    frac_len += i32::from(dot);
+                }
+                b'.' if !dot => dot = true,
+                b'.' => return Err(err()),
+                _ => {
+                    number_end = i;
+                    break;
+                }
+            }
+        }
+        if digits == 0 {
             return Err(err());
         }
-        let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
-        let digits: String = format!("{whole}{frac}");
-        let mantissa: i128 = digits.parse().map_err(|_| err())?;
-        // value = mantissa * 10^(-frac_len) * scale
-        let frac_len = frac.len() as i32;
+        let suffix = &s[number_end..];
 
         let (format, ten_exp, two_exp) =
             if let Some((_, e)) = BINARY_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
@@ -189,14 +198,20 @@ impl FromStr for Qty {
         let scaled = mantissa
             .checked_mul(1i128.checked_shl(two_exp).ok_or_else(err)?)
             .ok_or_else(err)?;
-        let exp10 = ten_exp - frac_len + 3;
+        let exp10 = ten_exp
+            .checked_sub(frac_len)
+            .and_then(|e| e.checked_add(3))
+            .ok_or_else(err)?;
         let milli = if exp10 >= 0 {
             scaled
                 .checked_mul(pow10(exp10 as u32).ok_or_else(err)?)
                 .ok_or_else(err)?
         } else {
-            let div = pow10((-exp10) as u32).ok_or_else(err)?;
-            scaled / div + i128::from(scaled % div != 0)
+            match pow10(exp10.unsigned_abs()) {
+                Some(div) => scaled / div + i128::from(scaled % div != 0),
+                // Smaller than any milli-unit: rounds up to one (zero stays zero).
+                None => i128::from(scaled != 0),
+            }
         };
         Ok(Qty {
             milli: if negative { -milli } else { milli },
@@ -205,16 +220,57 @@ impl FromStr for Qty {
     }
 }
 
-impl fmt::Display for Qty {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.milli == 0 {
-            return f.write_str("0");
+/// `v / d` and `v % d` in 64-bit arithmetic when `v` fits (128-bit division is a library call).
+fn div_rem(v: u128, d: u64) -> (u128, u128) {
+    match u64::try_from(v) {
+        Ok(v) => ((v / d).into(), (v % d).into()),
+        Err(_) => (v / u128::from(d), v % u128::from(d)),
+    }
+}
+
+/// The canonical text of a quantity, written backwards into a buffer on the stack.
+struct Canonical {
+    // u128::MAX has 39 digits, plus a sign and a two-letter suffix.
+    buf: [u8; 42],
+    start: usize,
+}
+
+impl Canonical {
+    fn push(&mut self, bytes: &[u8]) {
+        self.start -= bytes.len();
+        self.buf[self.start..self.start + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn push_digits(&mut self, mut value: u128) {
+        loop {
+            let (rest, digit) = div_rem(value, 10);
+            self.push(&[b'0' + digit as u8]);
+            value = rest;
+            if value == 0 {
+                break;
+            }
         }
-        let sign = if self.milli < 0 { "-" } else { "" };
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII digits, signs and suffixes are written.
+        std::str::from_utf8(&self.buf[self.start..]).unwrap_or_default()
+    }
+}
+
+impl Qty {
+    fn canonical(&self) -> Canonical {
+        let mut out = Canonical {
+            buf: [0; 42],
+            start: 42,
+        };
         let abs = self.milli.unsigned_abs();
-        // Binary form only for whole values of at least 1024 (as the API server canonicalises).
-        if self.format == Format::BinarySI && abs.is_multiple_of(1000) && abs / 1000 >= 1024 {
-            let mut value = abs / 1000;
+        let (value, suffix) = if abs == 0 {
+            (0, "")
+        } else if self.format == Format::BinarySI && abs >= 1024 * 1000 && div_rem(abs, 1000).1 == 0
+        {
+            // Binary form only for whole values of at least 1024 (as the API server canonicalises).
+            let mut value = div_rem(abs, 1000).0;
             let mut suffix = "";
             for (s, _) in BINARY_SUFFIXES {
                 if !value.is_multiple_of(1024) {
@@ -223,22 +279,45 @@ impl fmt::Display for Qty {
                 value /= 1024;
                 suffix = s;
             }
-            return write!(f, "{sign}{value}{suffix}");
-        }
-        if !abs.is_multiple_of(1000) {
-            return write!(f, "{sign}{abs}m");
-        }
-        let mut value = abs / 1000;
-        let mut suffix = "";
-        for (s, e) in DECIMAL_SUFFIXES.iter().filter(|(_, e)| *e > 0) {
-            let _ = e;
-            if !value.is_multiple_of(1000) {
-                break;
+            (value, suffix)
+        } else {
+            match div_rem(abs, 1000) {
+                (_, rem) if rem != 0 => (abs, "m"),
+                (mut value, _) => {
+                    let mut suffix = "";
+                    for (s, _) in DECIMAL_SUFFIXES.iter().filter(|(_, e)| *e > 0) {
+                        let (rest, rem) = div_rem(value, 1000);
+                        if rem != 0 {
+                            break;
+                        }
+                        value = rest;
+                        suffix = s;
+                    }
+                    (value, suffix)
+                }
             }
-            value /= 1000;
-            suffix = s;
+        };
+        out.push(suffix.as_bytes());
+        out.push_digits(value);
+        if self.milli < 0 {
+            out.push(b"-");
         }
-        write!(f, "{sign}{value}{suffix}")
+        out
+    }
+
+    pub fn to_quantity(self) -> Quantity {
+        Quantity(self.canonical().as_str().to_owned())
+    }
+
+    /// Appends the canonical text (ASCII, never in need of JSON escaping).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.canonical().as_str().as_bytes());
+    }
+}
+
+impl fmt::Display for Qty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.canonical().as_str())
     }
 }
 
@@ -265,11 +344,35 @@ mod tests {
         assert_eq!(q("0.1m").milli(), 1);
         assert_eq!(q("8Ei").milli(), 8 * (1i128 << 60) * 1000);
         assert_eq!(q("1Ki").format(), Format::BinarySI);
+        assert_eq!(q("5.").milli(), 5000);
+        assert_eq!(q(".5").milli(), 500);
+        assert_eq!(q(" 2 ").milli(), 2000);
+        assert_eq!(
+            q("1e-50").milli(),
+            1,
+            "far below a milli-unit still rounds up"
+        );
+        assert_eq!(q("0e-50").milli(), 0);
+        let max = "170141183460469231731687303715884105"; // i128::MAX / 1000, whole units
+        assert_eq!(q(max).milli(), 170141183460469231731687303715884105000);
     }
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "abc", "1.2.3", "1Qi", ".", "--1", "1e", "m"] {
+        for bad in [
+            "",
+            "abc",
+            "1.2.3",
+            "1Qi",
+            ".",
+            "--1",
+            "1e",
+            "m",
+            "1e99999999999",
+            "1e2147483647",
+            "9999999999999999999999999999999999999999",
+            "170141183460469231731687303715884106",
+        ] {
             assert!(bad.parse::<Qty>().is_err(), "{bad:?}");
         }
     }
@@ -286,6 +389,18 @@ mod tests {
         assert_eq!(q("1048576").to_string(), "1048576");
         assert_eq!(q("4096Mi").to_string(), "4Gi");
         assert_eq!(q("0").to_string(), "0");
+        assert_eq!(q("-0").to_string(), "0");
+        assert_eq!(q("1e3").to_string(), "1k");
+        assert_eq!(q("1.5Ki").to_string(), "1536");
+        assert_eq!(q("-4Gi").to_string(), "-4Gi");
+        assert_eq!(q("2Ei").to_string(), "2Ei");
+        assert_eq!(q("20E").to_string(), "20E");
+        assert_eq!(q("100P").to_string(), "100P");
+        assert_eq!(q("0.5m").to_string(), "1m");
+        assert_eq!(q("1").to_quantity(), Quantity("1".into()));
+        let mut out = b"x".to_vec();
+        q("-1.5Gi").write_to(&mut out);
+        assert_eq!(out, b"x-1536Mi");
         assert_eq!(q("-1500m").to_string(), "-1500m");
         assert_eq!(q("1Ki").plus(q("1Ki")).to_string(), "2Ki");
         assert_eq!(q("1").plus(q("500m")).to_string(), "1500m");

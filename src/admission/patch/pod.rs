@@ -63,31 +63,61 @@ fn containers_diff(
     if before.len() != after.len() {
         return builder.field(path, &before, &after);
     }
+    // One buffer for every container's paths (a batch pod has several lists to rewrite in each).
+    let mut at = String::with_capacity(path.len() + 32);
     for (i, (b, a)) in before.iter_mut().zip(after.iter_mut()).enumerate() {
         if b == a {
             continue;
         }
+        at.clear();
+        at.push_str(path);
+        at.push('/');
+        at.push_str(itoa(i, &mut [0; 20]));
         let resources = (b.resources.take(), a.resources.take());
         if b == a {
-            resources_diff(builder, &format!("{path}/{i}/resources"), resources)?;
+            at.push_str("/resources");
+            resources_diff(builder, &mut at, resources)?;
         } else {
             (b.resources, a.resources) = resources;
-            builder.field(&format!("{path}/{i}"), &*b, &*a)?;
+            builder.field(&at, &*b, &*a)?;
         }
     }
     Ok(())
 }
 
+/// `n` in decimal, without the formatting machinery.
+fn itoa(mut n: usize, buf: &mut [u8; 20]) -> &str {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[start..]).unwrap_or_default()
+}
+
+/// `path` is the resources' path; the lists' paths are written after it and taken off again.
 fn resources_diff(
     builder: &mut Builder,
-    path: &str,
+    path: &mut String,
     resources: (Option<ResourceRequirements>, Option<ResourceRequirements>),
 ) -> Result<(), serde_json::Error> {
     match resources {
         (Some(b), Some(a)) if b.claims == a.claims => {
-            let lists = |name| format!("{path}/{name}");
-            builder.string_map(&lists("limits"), b.limits.as_ref(), a.limits.as_ref())?;
-            builder.string_map(&lists("requests"), b.requests.as_ref(), a.requests.as_ref())
+            let len = path.len();
+            for (name, b, a) in [
+                ("/limits", &b.limits, &a.limits),
+                ("/requests", &b.requests, &a.requests),
+            ] {
+                path.truncate(len);
+                path.push_str(name);
+                builder.string_map(path, b.as_ref(), a.as_ref())?;
+            }
+            path.truncate(len);
+            Ok(())
         }
         (b, a) => builder.field(path, &b, &a),
     }
@@ -211,5 +241,12 @@ mod tests {
             apply(&serde_json::to_value(&before).unwrap(), &bytes),
             serde_json::to_value(&after).unwrap()
         );
+    }
+
+    #[test]
+    fn container_indexes_in_decimal() {
+        for n in [0, 7, 10, 99, 1234, usize::MAX] {
+            assert_eq!(itoa(n, &mut [0; 20]), n.to_string());
+        }
     }
 }
