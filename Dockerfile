@@ -4,6 +4,7 @@ RUN rustup target add x86_64-unknown-linux-musl && apt-get update && apt-get ins
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY .cargo ./.cargo
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin koord-webhook
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -258,6 +258,11 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     self_signed(OUT, "bench")
     phases = sys.argv[1:] or ["peer", "node", "scale", "rotation"]
+    # A static binary is the musl build, the image's (src/main.rs gives it mimalloc).
+    linkage = subprocess.run(["ldd", KOORD], capture_output=True, text=True)
+    record("build", "koord-webhook", "-", {"binary": os.path.relpath(KOORD, ROOT),
+                                            "static": "not a dynamic" in linkage.stdout + linkage.stderr
+                                            or "statically linked" in linkage.stdout})
     for phase in phases:
         {"peer": peer_comparison, "node": node_status, "scale": scale, "rotation": rotation}[phase]()
     with open(os.path.join(OUT, "results.jsonl"), "w") as f:
