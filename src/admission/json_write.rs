@@ -68,6 +68,9 @@ mod tests {
     #[test]
     fn strings_are_written_as_serde_json_writes_them() {
         let every_control: String = (0u8..0x20).map(char::from).collect();
+        // Longer than the stack buffer, escapes falling on its end.
+        let long_controls = every_control.repeat(20);
+        let long_quotes = "\"x".repeat(300);
         for s in [
             "plain/path",
             "",
@@ -78,6 +81,8 @@ mod tests {
             "ünï ☃",
             r#"{"containers":{"a":{"limits":{"kubernetes.io/batch-cpu":"1k"}}}}"#,
             &every_control,
+            &long_controls,
+            &long_quotes,
             "seven b\"ight bytes\\ with\u{7f}\u{80}\u{ff} escapes\tat every offset\u{1f}",
         ] {
             let mut out = Vec::new();

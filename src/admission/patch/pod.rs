@@ -46,6 +46,28 @@ fn spec(
         std::mem::take(&mut after.containers),
     );
     let init = (before.init_containers.take(), after.init_containers.take());
+    // What a colocation profile sets, diffed alone so the rest of the spec is usually equal and
+    // never serialised.
+    builder.field(
+        "/spec/schedulerName",
+        &before.scheduler_name.take(),
+        &after.scheduler_name.take(),
+    )?;
+    builder.field(
+        "/spec/priorityClassName",
+        &before.priority_class_name.take(),
+        &after.priority_class_name.take(),
+    )?;
+    builder.field(
+        "/spec/priority",
+        &before.priority.take(),
+        &after.priority.take(),
+    )?;
+    builder.field(
+        "/spec/preemptionPolicy",
+        &before.preemption_policy.take(),
+        &after.preemption_policy.take(),
+    )?;
     builder.field("/spec", before, after)?;
     containers_diff(builder, "/spec/containers", containers.0, containers.1)?;
     match init {
@@ -136,7 +158,8 @@ mod tests {
                 {"name": "a", "image": "i", "env": [{"name": "X", "value": "1"}],
                  "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
                 {"name": "b", "image": "i"}],
-                "initContainers": [{"name": "init", "image": "i"}]}})
+                "initContainers": [{"name": "init", "image": "i"}],
+                "schedulerName": "default-scheduler", "preemptionPolicy": "PreemptLowerPriority"}})
     }
 
     /// Each edit of `base` as a mutator might make it; the piecewise patch must turn `base` into it.
@@ -202,6 +225,13 @@ mod tests {
             v["spec"]["schedulerName"] = json!("koord-scheduler");
             v["spec"]["priority"] = json!(5500);
             v["spec"]["affinity"] = json!({"nodeAffinity": {}});
+        });
+        case("scheduling fields removed and added", &|v| {
+            let spec = v["spec"].as_object_mut().unwrap();
+            spec.remove("schedulerName");
+            spec.remove("preemptionPolicy");
+            spec.insert("priorityClassName".into(), json!("koord-batch"));
+            spec.insert("nodeName".into(), json!("n1"));
         });
         case("status added", &|v| {
             v["status"] = json!({"phase": "Pending"})
