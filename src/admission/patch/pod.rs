@@ -48,26 +48,17 @@ fn spec(
     let init = (before.init_containers.take(), after.init_containers.take());
     // What a colocation profile sets, diffed alone so the rest of the spec is usually equal and
     // never serialised.
-    builder.field(
-        "/spec/schedulerName",
-        &before.scheduler_name.take(),
-        &after.scheduler_name.take(),
-    )?;
-    builder.field(
-        "/spec/priorityClassName",
-        &before.priority_class_name.take(),
-        &after.priority_class_name.take(),
-    )?;
-    builder.field(
-        "/spec/priority",
-        &before.priority.take(),
-        &after.priority.take(),
-    )?;
-    builder.field(
-        "/spec/preemptionPolicy",
-        &before.preemption_policy.take(),
-        &after.preemption_policy.take(),
-    )?;
+    macro_rules! alone {
+        ($($path:literal: $field:ident),*) => {$(
+            builder.field($path, &before.$field.take(), &after.$field.take())?;
+        )*};
+    }
+    alone!(
+        "/spec/schedulerName": scheduler_name,
+        "/spec/priorityClassName": priority_class_name,
+        "/spec/priority": priority,
+        "/spec/preemptionPolicy": preemption_policy
+    );
     builder.field("/spec", before, after)?;
     containers_diff(builder, "/spec/containers", containers.0, containers.1)?;
     match init {
