@@ -252,9 +252,13 @@ impl Canonical {
         }
     }
 
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
     fn as_str(&self) -> &str {
         // Only ASCII digits, signs and suffixes are written.
-        std::str::from_utf8(&self.buf[self.start..]).unwrap_or_default()
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
     }
 }
 
@@ -311,7 +315,7 @@ impl Qty {
 
     /// Appends the canonical text (ASCII, never in need of JSON escaping).
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.canonical().as_str().as_bytes());
+        out.extend_from_slice(self.canonical().as_bytes());
     }
 }
 

@@ -94,8 +94,8 @@ fn wanted(pod: &Pod) -> Result<String, String> {
             json_write::string(&mut out, name);
             out.extend_from_slice(b":{");
             let lists = [
-                ("limits", &resources.limits),
-                ("requests", &resources.requests),
+                (&br#""limits":{"#[..], &resources.limits),
+                (&br#""requests":{"#[..], &resources.requests),
             ];
             let mut first = true;
             for (field, list) in lists {
@@ -106,14 +106,15 @@ fn wanted(pod: &Pod) -> Result<String, String> {
                 if !std::mem::take(&mut first) {
                     out.push(b',');
                 }
-                json_write::string(&mut out, field);
-                out.extend_from_slice(b":{");
+                // Field and resource names are ours, plain ASCII: no escaping to look for.
+                out.extend_from_slice(field);
                 for (j, (resource, value)) in entries.enumerate() {
                     if j > 0 {
                         out.push(b',');
                     }
-                    json_write::string(&mut out, resource);
-                    out.push(b':');
+                    out.push(b'"');
+                    out.extend_from_slice(resource.as_bytes());
+                    out.extend_from_slice(b"\":");
                     match Qty::try_from(value) {
                         Ok(value) => {
                             out.push(b'"');
