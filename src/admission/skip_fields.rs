@@ -1,10 +1,12 @@
-//! Decoding that leaves out fields no plugin of an endpoint reads.
+//! Decoding that leaves out fields no plugin of an endpoint reads or writes.
 //!
 //! A pod's containers carry env, args, probes and mounts: most of a large pod's bytes, and most of
-//! the time spent decoding it, yet no validator looks at them. [`from_str`] wraps serde_json's
+//! the time spent decoding it, yet no pod plugin touches them. [`from_str`] wraps serde_json's
 //! deserializer so that, inside the structs named in a [`SkipFields`], those fields are stepped over
 //! as text instead of being decoded (they read as absent). The wrapper only forwards everywhere
-//! else. Mutating endpoints never use it: their patch would remove what was left out.
+//! else. A mutating endpoint may use it only with a differ that never replaces an object whole
+//! (fields absent on both sides then stay out of the patch), and decodes whole while a plugin may
+//! edit any field (`Mutator::edits_any_field`).
 
 use std::fmt;
 
