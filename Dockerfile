@@ -1,15 +1,14 @@
-# Build: a static musl binary (rustls + ring, no OpenSSL), then an empty distroless image.
-FROM rust:1.95-bookworm AS build
-RUN rustup target add x86_64-unknown-linux-musl && apt-get update && apt-get install -y --no-install-recommends musl-tools
-WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-COPY .cargo ./.cargo
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin koord-webhook
-
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /src/target/x86_64-unknown-linux-musl/release/koord-webhook /usr/local/bin/koord-webhook
+# The koord-webhook image: one static binary (musl, rustls + ring, no OpenSSL, no libc to patch) and
+# nothing else: no shell, no package manager, no CA store (the operator trusts only the cluster's CA).
+# It starts FROM scratch, so it builds offline; build the binary first, or run `scripts/image`
+# (`just image`), which does both with buildah, podman or docker:
+#
+#   cargo build --release --locked --target x86_64-unknown-linux-musl --bin koord-webhook
+#   docker build -t ghcr.io/koord-webhook/koord-webhook:$(cargo pkgid | cut -d'#' -f2) .
+FROM scratch
+COPY target/x86_64-unknown-linux-musl/release/koord-webhook /koord-webhook
+# Not root; the Deployment also sets runAsNonRoot and a read-only root filesystem.
 USER 65532:65532
 EXPOSE 9443
-ENTRYPOINT ["/usr/local/bin/koord-webhook"]
+ENTRYPOINT ["/koord-webhook"]
 CMD ["serve"]

@@ -5,9 +5,23 @@
 test *ARGS:
     scripts/test {{ARGS}}
 
-# The main job: a local control plane with koord-webhook running against it, showing admission.
-dev:
-    scripts/dev
+# The main job: the image installed from manifests/install.yaml on a one-node cluster, showing
+# admission through the Service.
+dev *ARGS:
+    scripts/dev {{ARGS}}
+
+# The fast loop without a node: a local control plane, koord-webhook as a host process (URL mode).
+dev-local *ARGS:
+    scripts/dev-local {{ARGS}}
+
+# The image from the Dockerfile (static binary FROM scratch), offline: `just image --load DIR` also
+# loads it into a cluster from `just cluster up DIR`.
+image *ARGS:
+    scripts/image {{ARGS}}
+
+# A one-node cluster by hand: `just cluster up DIR`, `just cluster exec DIR kubectl get pods -A`.
+cluster *ARGS:
+    scripts/cluster {{ARGS}}
 
 # The admission server alone with a self-signed certificate and the sample state.
 run *ARGS:

@@ -40,6 +40,23 @@ pub enum Command {
     Manifests(ManifestArgs),
     /// Summarise koord-webhook in the cluster: leader, certificates, caBundles, entries, Events.
     Status(StatusArgs),
+    /// Remove koord-webhook from the cluster: replicas first, then the webhook configurations,
+    /// then the rest. Keeps the CRDs and the namespace unless asked.
+    Uninstall(UninstallArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct UninstallArgs {
+    /// Also delete Koordinator's CRDs, and with them every ElasticQuota, ElasticQuotaProfile,
+    /// Reservation and ClusterColocationProfile.
+    #[arg(long)]
+    pub delete_crds: bool,
+    /// Also delete the koordinator-system namespace.
+    #[arg(long)]
+    pub delete_namespace: bool,
+    /// How long to wait for the replicas to stop.
+    #[arg(long, default_value = "2m", value_parser = parse_duration_arg)]
+    pub timeout: Duration,
 }
 
 #[derive(Args, Debug)]

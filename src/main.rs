@@ -64,6 +64,21 @@ fn main() -> ExitCode {
                 Err(e) => fail(format!("{e:#}")),
             }
         }
+        Command::Uninstall(args) => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => return fail(format!("cannot start runtime: {e}")),
+            };
+            let options = cmd::uninstall::Options {
+                delete_crds: args.delete_crds,
+                delete_namespace: args.delete_namespace,
+                timeout: args.timeout,
+            };
+            match runtime.block_on(cmd::uninstall::run(&options)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(format!("{e:#}")),
+            }
+        }
         Command::Manifests(args) => match cmd::manifests::render(&args) {
             Ok(yaml) => {
                 print!("{yaml}");

@@ -5,3 +5,4 @@ pub mod manifests;
 pub mod review;
 pub mod serve;
 pub mod status;
+pub mod uninstall;

@@ -1,17 +1,25 @@
 //! Keeping the two webhook configurations as the gates and flags say, with the CA bundle on every
-//! entry (spec/operator.md 3). Server-side apply with field manager `koord-webhook`, only when
-//! something differs; entries another manager left behind for a gate that is off are removed.
+//! entry (spec/operator.md 3).
+//!
+//! The operator owns only the fields it must: each entry's `clientConfig.caBundle`, and the whole
+//! `clientConfig` when it is told where the API server calls it (`--webhook-host`, URL mode). The rest
+//! of an entry (rules, selectors, failurePolicy, ...) belongs to whoever installed it
+//! (`kubectl apply --server-side -f manifests/install.yaml`), so re-applying the manifests after the
+//! operator has run neither conflicts nor drops the caBundle. Changes are JSON patches (an update by
+//! field manager `koord-webhook`), each guarded by a test of the entry's name; a configuration that
+//! does not exist at all is created whole.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
 
 use crate::features::FeatureGates;
-use crate::install::WebhookTarget;
 use crate::install::webhook_configurations::{self, MUTATING_NAME, VALIDATING_NAME};
+use crate::install::{ClientConfigMode, WebhookTarget};
 
 pub const FIELD_MANAGER: &str = "koord-webhook";
 
@@ -23,18 +31,13 @@ struct EntryView<'a> {
     failure_policy: Option<&'a str>,
 }
 
-/// Convergence compares what the operator sets on a live entry: its name and clientConfig.
-impl PartialEq for EntryView<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name && self.client_config == other.client_config
-    }
-}
-
 trait Configuration:
     kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
 {
     const NAME: &'static str;
     fn entries(&self) -> Vec<EntryView<'_>>;
+    /// Entry `name` as JSON (to add an entry the configuration lacks).
+    fn entry_json(&self, name: &str) -> Option<Value>;
     fn desired(gates: &FeatureGates, target: &WebhookTarget, bundle: &[u8]) -> Self;
 }
 
@@ -53,6 +56,10 @@ macro_rules! configuration {
                         failure_policy: w.failure_policy.as_deref(),
                     })
                     .collect()
+            }
+            fn entry_json(&self, name: &str) -> Option<Value> {
+                let entry = self.webhooks.iter().flatten().find(|w| w.name == name)?;
+                serde_json::to_value(entry).ok()
             }
             fn desired(gates: &FeatureGates, target: &WebhookTarget, bundle: &[u8]) -> Self {
                 $render(gates, target, Some(bundle))
@@ -79,6 +86,57 @@ pub struct Desired {
     pub target: WebhookTarget,
 }
 
+impl Desired {
+    /// The operator owns where the API server calls it only when it was told (URL mode); the
+    /// Service reference is the manifests'.
+    fn owns_endpoint(&self) -> bool {
+        matches!(self.target.mode, ClientConfigMode::Url { .. })
+    }
+}
+
+/// The JSON patch that brings `current` to `want` in the fields the operator owns; empty when
+/// nothing differs. `entry` renders a wanted entry the configuration lacks.
+fn plan(
+    current: &[EntryView<'_>],
+    want: &[EntryView<'_>],
+    owns_endpoint: bool,
+    entry: impl Fn(&str) -> Option<Value>,
+) -> Vec<Value> {
+    let mut ops = Vec::new();
+    let mut removals = Vec::new();
+    for (i, have) in current.iter().enumerate() {
+        let test = json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": have.name});
+        let Some(wanted) = want.iter().find(|w| w.name == have.name) else {
+            // An entry for a gate that is off (left by an older install or another manager).
+            removals.push([
+                test,
+                json!({"op": "remove", "path": format!("/webhooks/{i}")}),
+            ]);
+            continue;
+        };
+        if owns_endpoint && wanted.client_config != have.client_config {
+            ops.push(test);
+            ops.push(json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig"), "value": wanted.client_config}));
+        } else if wanted.client_config.ca_bundle != have.client_config.ca_bundle {
+            ops.push(test);
+            // `add` sets the member whether or not it is there.
+            ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": wanted.client_config.ca_bundle}));
+        }
+    }
+    for wanted in want {
+        if !current.iter().any(|c| c.name == wanted.name)
+            && let Some(value) = entry(wanted.name)
+        {
+            ops.push(json!({"op": "add", "path": "/webhooks/-", "value": value}));
+        }
+    }
+    // Removals last and from the end, so the indices before them stay valid.
+    for pair in removals.into_iter().rev() {
+        ops.extend(pair);
+    }
+    ops
+}
+
 async fn converge<C: Configuration>(
     client: &Client,
     desired: &Desired,
@@ -86,53 +144,37 @@ async fn converge<C: Configuration>(
 ) -> kube::Result<bool> {
     let api: Api<C> = Api::all(client.clone());
     let want = C::desired(&desired.gates, &desired.target, bundle);
-    let current = api.get_opt(C::NAME).await?;
-    if current
-        .as_ref()
-        .is_some_and(|c| c.entries() == want.entries())
-    {
+    let Some(current) = api.get_opt(C::NAME).await? else {
+        // Not installed (URL-mode development) or deleted by hand: create it whole. Uninstall stops
+        // the replicas before it deletes the configurations, so this does not undo an uninstall.
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..Default::default()
+        };
+        return match api.create(&params, &want).await {
+            Ok(_) => Ok(true),
+            // Created meanwhile by someone else: the next pass patches it.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let ops = plan(
+        &current.entries(),
+        &want.entries(),
+        desired.owns_endpoint(),
+        |name| want.entry_json(name),
+    );
+    if ops.is_empty() {
         return Ok(false);
     }
-    if let Some(current) = &current {
-        // Apply merges with what other managers own (a `kubectl apply` of the manifests): it cannot
-        // turn a `service` clientConfig into a `url` one, nor drop entries of gates now off. Put
-        // those in place first, each guarded by a test of the entry's name.
-        let wanted = want.entries();
-        let mut ops = Vec::new();
-        let mut removals = Vec::new();
-        for (i, entry) in current.entries().iter().enumerate() {
-            let test = serde_json::json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": entry.name});
-            match wanted.iter().find(|w| w.name == entry.name) {
-                Some(w) if w.client_config != entry.client_config => {
-                    ops.push(test);
-                    ops.push(serde_json::json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig"), "value": w.client_config}));
-                }
-                Some(_) => {}
-                None => {
-                    removals.push(test);
-                    removals.push(
-                        serde_json::json!({"op": "remove", "path": format!("/webhooks/{i}")}),
-                    );
-                }
-            }
-        }
-        // Removals last and from the end, so earlier indices stay valid.
-        for pair in removals.chunks(2).rev() {
-            ops.extend(pair.iter().cloned());
-        }
-        if !ops.is_empty() {
-            let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
-                .map_err(kube::Error::SerdeError)?;
-            let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
-                .await?;
-        }
-    }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(C::NAME, &params, &Patch::Apply(&want)).await?;
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    };
+    api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
+        .await?;
     Ok(true)
 }
 
@@ -204,4 +246,114 @@ pub async fn published_bundle(client: &Client) -> Result<Vec<u8>, String> {
         return Err("the webhook entries carry different caBundles".to_owned());
     }
     Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::admissionregistration::v1::ServiceReference;
+
+    fn service(bundle: &[u8]) -> WebhookClientConfig {
+        WebhookClientConfig {
+            ca_bundle: Some(ByteString(bundle.to_vec())),
+            service: Some(ServiceReference {
+                name: "svc".to_owned(),
+                namespace: "ns".to_owned(),
+                path: Some("/p".to_owned()),
+                port: Some(443),
+            }),
+            url: None,
+        }
+    }
+
+    fn url(bundle: &[u8]) -> WebhookClientConfig {
+        WebhookClientConfig {
+            ca_bundle: Some(ByteString(bundle.to_vec())),
+            service: None,
+            url: Some("https://127.0.0.1:9443/p".to_owned()),
+        }
+    }
+
+    fn view<'a>(name: &'a str, client_config: &'a WebhookClientConfig) -> EntryView<'a> {
+        EntryView {
+            name,
+            client_config,
+            failure_policy: None,
+        }
+    }
+
+    fn ops_of(ops: &[Value]) -> Vec<(String, String)> {
+        ops.iter()
+            .map(|o| {
+                (
+                    o["op"].as_str().unwrap().to_owned(),
+                    o["path"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nothing_to_do_when_the_bundle_matches() {
+        let (a, b) = (service(b"CA"), service(b"CA"));
+        assert!(plan(&[view("e", &a)], &[view("e", &b)], false, |_| None).is_empty());
+    }
+
+    #[test]
+    fn service_mode_touches_only_the_bundle() {
+        let mut elsewhere = service(b"OLD");
+        elsewhere.service.as_mut().unwrap().name = "other".to_owned();
+        let want = service(b"NEW");
+        let ops = plan(&[view("e", &elsewhere)], &[view("e", &want)], false, |_| {
+            None
+        });
+        assert_eq!(
+            ops_of(&ops),
+            [
+                ("test".to_owned(), "/webhooks/0/name".to_owned()),
+                (
+                    "add".to_owned(),
+                    "/webhooks/0/clientConfig/caBundle".to_owned()
+                ),
+            ]
+        );
+        // The bundle travels base64-encoded, as the API expects.
+        assert_eq!(ops[1]["value"], json!("TkVX"));
+    }
+
+    #[test]
+    fn url_mode_replaces_the_whole_client_config() {
+        let (have, want) = (service(b"CA"), url(b"CA"));
+        let ops = plan(&[view("e", &have)], &[view("e", &want)], true, |_| None);
+        assert_eq!(
+            ops_of(&ops)[1],
+            ("replace".to_owned(), "/webhooks/0/clientConfig".to_owned())
+        );
+        assert_eq!(ops[1]["value"]["url"], json!("https://127.0.0.1:9443/p"));
+    }
+
+    #[test]
+    fn entries_of_gates_off_go_and_missing_ones_come() {
+        let c = service(b"CA");
+        let current = [
+            view("a", &c),
+            view("off1", &c),
+            view("b", &c),
+            view("off2", &c),
+        ];
+        let want = [view("a", &c), view("b", &c), view("new", &c)];
+        let ops = plan(&current, &want, false, |name| Some(json!({"name": name})));
+        assert_eq!(
+            ops_of(&ops),
+            [
+                ("add".to_owned(), "/webhooks/-".to_owned()),
+                ("test".to_owned(), "/webhooks/3/name".to_owned()),
+                ("remove".to_owned(), "/webhooks/3".to_owned()),
+                ("test".to_owned(), "/webhooks/1/name".to_owned()),
+                ("remove".to_owned(), "/webhooks/1".to_owned()),
+            ]
+        );
+        assert_eq!(ops[0]["value"], json!({"name": "new"}));
+    }
 }

@@ -16,12 +16,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::{APP_NAME, InstallOptions, NAMESPACE, SERVICE_NAME, app_labels};
+use super::{APP_NAME, InstallOptions, NAMESPACE, SELECTOR_LABEL, SERVICE_NAME, app_labels};
 
 const PORT: i32 = 9443;
 
 fn selector_labels() -> BTreeMap<String, String> {
-    [("app.kubernetes.io/name".to_owned(), APP_NAME.to_owned())].into()
+    [(SELECTOR_LABEL.to_owned(), APP_NAME.to_owned())].into()
 }
 
 fn meta(name: &str) -> ObjectMeta {

@@ -92,7 +92,8 @@ fn rules(entry: &EntrySpec) -> Vec<RuleWithOperations> {
         api_versions: Some(vec![entry.api_version.to_owned()]),
         operations: Some(entry.operations.iter().map(|o| (*o).to_owned()).collect()),
         resources: Some(vec![entry.resource.to_owned()]),
-        scope: None,
+        // Written out although it is the default, so what is applied equals what is stored.
+        scope: Some("*".to_owned()),
     }]
 }
 

@@ -167,7 +167,15 @@ pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parse
             }
         }
     }
-    if let Some(strategies) = overlap::first_overlap(&profiles) {
+    let overlap = overlap::first_overlap(&profiles).map_err(|e| {
+        ConfigError::ConfigParamInvalid(format!(
+            "nodeStrategies of {config}: checking {} strategies for overlapping node selectors needs \
+             more than {} selector evaluations; use fewer strategies or fewer values per expression",
+            e.strategies,
+            overlap::MAX_OVERLAP_EVALUATIONS
+        ))
+    })?;
+    if let Some(strategies) = overlap {
         return Err(ConfigError::NodeStrategiesOverlap {
             config: config.to_owned(),
             strategies,

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod control_plane;
+pub mod node;
 pub mod operator;
 pub mod review;
 pub mod tls_client;

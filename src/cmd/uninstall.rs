@@ -1,0 +1,146 @@
+//! `koord-webhook uninstall`: removes what the install made, in an order that leaves the cluster
+//! working. The replicas stop first (so none of them recreates a webhook configuration while it is
+//! being removed), then the webhook configurations go (so no entry points at a Service that no
+//! longer answers), then everything else. Koordinator's CRDs, and so every ElasticQuota, Reservation
+//! and ClusterColocationProfile, stay unless `--delete-crds`; the namespace stays unless
+//! `--delete-namespace` (other Koordinator components may live in it).
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::apis::all_crds;
+use crate::install::rbac::{LEASE_NAME, SECRET_CA, SECRET_TLS};
+use crate::install::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
+use crate::install::{APP_NAME, NAMESPACE, SERVICE_NAME, selector};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub delete_crds: bool,
+    pub delete_namespace: bool,
+    /// How long to wait for the replicas to stop.
+    pub timeout: Duration,
+}
+
+/// Deletes `name` (already gone is fine) and says so on stdout.
+async fn delete<K>(api: &Api<K>, name: &str) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let kind = K::kind(&());
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => println!("deleted {kind} {name}"),
+        Err(kube::Error::Api(e)) if e.code == 404 => println!("{kind} {name} was not there"),
+        Err(e) => return Err(e).with_context(|| format!("cannot delete {kind} {name}")),
+    }
+    Ok(())
+}
+
+pub async fn run(options: &Options) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("cannot configure a Kubernetes client (KUBECONFIG or in-cluster)")?;
+
+    // 1. The replicas, and wait until none runs.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    delete(&deployments, APP_NAME).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let by_app = ListParams::default().labels(&selector());
+    let deadline = tokio::time::Instant::now() + options.timeout;
+    loop {
+        let left = pods
+            .list(&by_app)
+            .await
+            .context("cannot list the replicas")?;
+        if left.items.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "{} replica(s) still running after {:?}; the webhook configurations were left in place \
+                 (run uninstall again once they have stopped)",
+                left.items.len(),
+                options.timeout
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("no replica is running");
+
+    // 2. The webhook configurations: from now on the API server calls no webhook of ours.
+    delete(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        MUTATING_NAME,
+    )
+    .await?;
+    delete(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        VALIDATING_NAME,
+    )
+    .await?;
+
+    // 3. The rest of the install, and what the operator made (Secrets, Lease).
+    delete(
+        &Api::<Service>::namespaced(client.clone(), NAMESPACE),
+        SERVICE_NAME,
+    )
+    .await?;
+    delete(
+        &Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE),
+        APP_NAME,
+    )
+    .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    delete(&secrets, SECRET_TLS).await?;
+    delete(&secrets, SECRET_CA).await?;
+    delete(
+        &Api::<Lease>::namespaced(client.clone(), NAMESPACE),
+        LEASE_NAME,
+    )
+    .await?;
+    delete(
+        &Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE),
+        APP_NAME,
+    )
+    .await?;
+    delete(
+        &Api::<Role>::namespaced(client.clone(), NAMESPACE),
+        APP_NAME,
+    )
+    .await?;
+    delete(&Api::<ClusterRoleBinding>::all(client.clone()), APP_NAME).await?;
+    delete(&Api::<ClusterRole>::all(client.clone()), APP_NAME).await?;
+    delete(
+        &Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE),
+        APP_NAME,
+    )
+    .await?;
+
+    if options.delete_crds {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in all_crds() {
+            delete(&crds, crd.metadata.name.as_deref().unwrap_or_default()).await?;
+        }
+    } else {
+        println!("kept the CRDs and their objects (--delete-crds removes them)");
+    }
+    if options.delete_namespace {
+        delete(&Api::<Namespace>::all(client.clone()), NAMESPACE).await?;
+    } else {
+        println!("kept namespace {NAMESPACE} (--delete-namespace removes it)");
+    }
+    Ok(())
+}

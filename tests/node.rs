@@ -1,0 +1,396 @@
+//! koord-webhook installed as users install it, on a real one-node cluster (kubelet + containerd,
+//! scripts/cluster): the image built from the Dockerfile, `kubectl apply --server-side -f
+//! manifests/install.yaml` unchanged, two replicas called by the API server through the Service.
+//! Then the day-2 operations under a steady load of dry-run pod creates counted at the client:
+//! re-apply, the leader Pod deleted, a rolling upgrade, and uninstall.
+//!
+//! One test, one cluster: the steps build on each other, as they would for a user.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
+use support::operator::eventually;
+
+const MUTATING: &str = "koordinator-mutating-webhook-configuration";
+const VALIDATING: &str = "koordinator-validating-webhook-configuration";
+const LOAD_PER_SECOND: u32 = 20;
+
+fn pod(namespace: &str, name: &str, labels: Value, requests: Value) -> Pod {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}))
+    .unwrap()
+}
+
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..Default::default()
+    }
+}
+
+/// Every entry's caBundle in both configurations.
+async fn bundles(client: &kube::Client) -> Vec<Vec<u8>> {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let bundle = |c: &k8s_openapi::api::admissionregistration::v1::WebhookClientConfig| {
+        c.ca_bundle
+            .as_ref()
+            .map(|b| b.0.clone())
+            .unwrap_or_default()
+    };
+    let mut all: Vec<Vec<u8>> = m
+        .get(MUTATING)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap_or_default()
+        .iter()
+        .map(|w| bundle(&w.client_config))
+        .collect();
+    all.extend(
+        v.get(VALIDATING)
+            .await
+            .unwrap()
+            .webhooks
+            .unwrap_or_default()
+            .iter()
+            .map(|w| bundle(&w.client_config)),
+    );
+    all
+}
+
+async fn leader(client: &kube::Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    leases
+        .get_opt("koord-webhook")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+async fn replicas(client: &kube::Client) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    pods.list(&ListParams::default().labels("app.kubernetes.io/name=koord-webhook"))
+        .await
+        .unwrap()
+        .items
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The replicas' memory (working set) as the kubelet reports it, by Pod name.
+async fn replica_memory(node: &Node) -> BTreeMap<String, u64> {
+    let path = format!("/api/v1/nodes/{NODE_NAME}/proxy/stats/summary");
+    let summary: Value =
+        serde_json::from_str(&node.kubectl_ok(&["get", "--raw", &path], None).await).unwrap();
+    summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["podRef"]["namespace"] == NAMESPACE)
+        .filter_map(|p| {
+            let memory = p["containers"]
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == "koord-webhook")?["memory"]["workingSetBytes"]
+                .as_u64()?;
+            Some((p["podRef"]["name"].as_str()?.to_owned(), memory))
+        })
+        .collect()
+}
+
+/// Stops the load and asserts that not one admission failed.
+async fn no_failed_admissions(load: SteadyLoad, phase: &str) -> usize {
+    let (sent, failures) = load.stop().await;
+    eprintln!(
+        "{phase}: {sent} dry-run pod creates sent, {} failed",
+        failures.len()
+    );
+    assert!(sent > 0, "{phase}: the load sent nothing");
+    assert!(
+        failures.is_empty(),
+        "{phase}: {} of {sent} pod creates failed, e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    sent
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn installed_from_the_manifests_on_a_real_node() {
+    let node = Node::start();
+    let client = node.client().await;
+
+    // --- Install: the README's command, the file unchanged.
+    let out = node.install().await;
+    assert!(
+        out.status.success(),
+        "kubectl apply --server-side -f manifests/install.yaml failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.wait_rolled_out(Duration::from_secs(180)).await;
+    let pods = eventually(Duration::from_secs(60), "two Ready replicas", || async {
+        let pods = replicas(&client).await;
+        (pods.iter().filter(|p| ready(p)).count() == 2).then_some(pods)
+    })
+    .await;
+    let (image_name, _) = image();
+    for p in &pods {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some(image_name.as_str())
+        );
+    }
+    let first_leader = eventually(Duration::from_secs(30), "a leader", || leader(&client)).await;
+    assert!(
+        pods.iter()
+            .any(|p| p.metadata.name.as_deref() == Some(&first_leader)),
+        "the Lease holder {first_leader} is one of the replicas"
+    );
+    let bundle = eventually(
+        Duration::from_secs(60),
+        "the caBundle published",
+        || async {
+            let all = bundles(&client).await;
+            (!all.is_empty() && all.iter().all(|b| !b.is_empty() && *b == all[0]))
+                .then(|| all[0].clone())
+        },
+    )
+    .await;
+    // Service mode: the API server calls the replicas through the Service.
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    for entry in v.get(VALIDATING).await.unwrap().webhooks.unwrap() {
+        let service = entry.client_config.service.expect("service mode");
+        assert_eq!(service.name, "koordinator-webhook-service");
+        assert!(entry.client_config.url.is_none());
+    }
+
+    // --- Admission through the API server, the Service and a Pod of the image.
+    node.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(
+            r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: koord-batch}
+value: 5500
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: spark
+  labels: {koordinator.sh/enable-colocation: "true"}
+---
+apiVersion: config.koordinator.sh/v1alpha1
+kind: ClusterColocationProfile
+metadata: {name: colocation-spark}
+spec:
+  namespaceSelector: {matchLabels: {koordinator.sh/enable-colocation: "true"}}
+  selector: {matchLabels: {app: spark}}
+  qosClass: BE
+  priorityClassName: koord-batch
+  labels: {koordinator.sh/mutated: "true"}
+"#,
+        ),
+    )
+    .await;
+    let spark_pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
+    let spark = pod(
+        "spark",
+        "spark-0",
+        json!({"app": "spark"}),
+        json!({"cpu": "1", "memory": "1Gi"}),
+    );
+    // Both replicas must have the profile in their cache: ask several times.
+    let mutated = eventually(
+        Duration::from_secs(20),
+        "the profile to mutate a pod",
+        || async {
+            let p = spark_pods.create(&dry_run(), &spark).await.ok()?;
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            (labels.get("koordinator.sh/qosClass").map(String::as_str) == Some("BE")).then_some(p)
+        },
+    )
+    .await;
+    let spec = mutated.spec.unwrap();
+    assert_eq!(spec.priority, Some(5500));
+    let requests = spec.containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .clone()
+        .unwrap();
+    assert_eq!(requests["kubernetes.io/batch-cpu"].0, "1k");
+    assert!(!requests.contains_key("cpu"));
+    let be_prod = pod(
+        "default",
+        "be-prod",
+        json!({"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-prod"}),
+        json!({}),
+    );
+    let err = Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&dry_run(), &be_prod)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "koordinator.sh/qosClass=BE and priorityClass=koord-prod cannot be used in combination"
+        ),
+        "{err}"
+    );
+
+    // --- Re-install after the operator has run: no conflict, the caBundle stays.
+    let out = node.install().await;
+    assert!(
+        out.status.success(),
+        "re-applying manifests/install.yaml failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = bundles(&client).await;
+    assert!(
+        after.iter().all(|b| *b == bundle),
+        "the caBundle changed or was dropped by the re-apply"
+    );
+
+    // --- The leader Pod deleted under steady admission load.
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before: Vec<String> = replicas(&client)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let old_leader = leader(&client).await.expect("a leader");
+    Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .delete(&old_leader, &DeleteParams::default())
+        .await
+        .unwrap();
+    let new_leader = eventually(
+        Duration::from_secs(60),
+        "another replica to take the Lease",
+        || async { leader(&client).await.filter(|l| *l != old_leader) },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(120),
+        "the Deployment to replace the deleted Pod",
+        || async {
+            let pods = replicas(&client).await;
+            let fresh = pods.iter().any(|p| {
+                ready(p)
+                    && p.metadata
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| !before.contains(n))
+            });
+            (fresh && pods.iter().filter(|p| ready(p)).count() == 2).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eprintln!("leader {old_leader} deleted; {new_leader} took the Lease");
+    no_failed_admissions(load, "leader Pod deleted").await;
+
+    // --- A rolling upgrade to a second tag of the image, the way users upgrade: re-render the
+    // manifests for the new image and apply them.
+    let (_, archive) = image();
+    let upgraded = format!("{image_name}-upgrade");
+    node.load_image(&archive, &upgraded);
+    let rendered = std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(["manifests", "--image", &upgraded])
+        .output()
+        .unwrap();
+    assert!(rendered.status.success());
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    node.kubectl_ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&String::from_utf8(rendered.stdout).unwrap()),
+    )
+    .await;
+    node.wait_rolled_out(Duration::from_secs(180)).await;
+    let pods = eventually(Duration::from_secs(60), "two upgraded replicas", || async {
+        let pods = replicas(&client).await;
+        let upgraded_ready = pods
+            .iter()
+            .filter(|p| {
+                ready(p)
+                    && p.spec.as_ref().unwrap().containers[0].image.as_deref()
+                        == Some(upgraded.as_str())
+            })
+            .count();
+        (pods.len() == 2 && upgraded_ready == 2).then_some(pods)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let memory = replica_memory(&node).await;
+    let sent = no_failed_admissions(load, "rolling upgrade").await;
+    eprintln!("replicas' memory (kubelet working set) after {sent} creates: {memory:?}");
+    for p in &pods {
+        let name = p.metadata.name.as_ref().unwrap();
+        let bytes = memory
+            .get(name)
+            .unwrap_or_else(|| panic!("the kubelet reported no memory for {name}: {memory:?}"));
+        assert!(*bytes > 1 << 20, "{name}: {bytes} bytes");
+    }
+    assert!(
+        bundles(&client).await.iter().all(|b| *b == bundle),
+        "the upgrade kept the CA"
+    );
+
+    // --- Uninstall: afterwards pods are created normally, nothing points at a missing Service.
+    let out = node
+        .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "uninstall"], None)
+        .await;
+    assert!(
+        out.status.success(),
+        "koord-webhook uninstall failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    assert!(m.get_opt(MUTATING).await.unwrap().is_none());
+    assert!(v.get_opt(VALIDATING).await.unwrap().is_none());
+    assert!(replicas(&client).await.is_empty());
+    // No replica came back to recreate them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(m.get_opt(MUTATING).await.unwrap().is_none());
+    node.kubectl_ok(&["create", "namespace", "plain"], None)
+        .await;
+    let plain: Api<Pod> = Api::namespaced(client.clone(), "plain");
+    plain
+        .create(
+            &PostParams::default(),
+            &pod("plain", "after-uninstall", json!({}), json!({})),
+        )
+        .await
+        .expect("a pod is created normally after uninstall");
+    // Koordinator's CRDs (and so users' objects) are kept.
+    node.kubectl_ok(
+        &["get", "crd", "elasticquotas.scheduling.sigs.k8s.io"],
+        None,
+    )
+    .await;
+}

@@ -1,0 +1,281 @@
+//! A real one-node Kubernetes cluster for one test, started through `scripts/cluster` inside a
+//! network namespace of its own, with koord-webhook's image loaded into its containerd.
+//!
+//! Every address is inside that namespace. The test talks to the API server from there: kubectl runs
+//! through `scripts/cluster exec`, and [`Node::client`] moves the calling thread into the namespace
+//! first (so use it from a current-thread tokio test: every socket the runtime opens is then inside).
+//! Drop takes the cluster down (also when the test panics, after printing what helps to see why); if
+//! the test process is killed instead, the script's watchdog does.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+
+pub const NAMESPACE: &str = "koordinator-system";
+pub const NODE_NAME: &str = "koord-node";
+
+pub struct Node {
+    dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The image `manifests/install.yaml` names, and the archive `scripts/image` built it into.
+pub fn image() -> (String, PathBuf) {
+    let version = env!("CARGO_PKG_VERSION");
+    let archive = repo(&format!("target/image/koord-webhook-{version}.oci.tar"));
+    assert!(
+        archive.is_file(),
+        "{} is missing: scripts/test builds it (scripts/image) before the tests",
+        archive.display()
+    );
+    (koord_webhook::install::DEFAULT_IMAGE.to_owned(), archive)
+}
+
+impl Node {
+    /// Starts the cluster (about 20 s once the binaries are built) and loads the image.
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("node-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("temporary directory");
+        let out = std::process::Command::new(repo("scripts/cluster"))
+            .arg("up")
+            .arg(dir.path())
+            .env("KOORD_CP_OWNER_PID", std::process::id().to_string())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("scripts/cluster runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the one-node cluster did not start (scripts/cluster up; it needs root): {stdout}"
+        );
+        let kubeconfig = stdout
+            .lines()
+            .last()
+            .and_then(|l| l.strip_prefix("KUBECONFIG="))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("no KUBECONFIG line in: {stdout}"));
+        let node = Self { dir, kubeconfig };
+        let (name, archive) = image();
+        node.load_image(&archive, &name);
+        node
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Imports an OCI archive into the node's containerd under `name`.
+    pub fn load_image(&self, archive: &Path, name: &str) {
+        let status = std::process::Command::new(repo("scripts/cluster"))
+            .arg("load")
+            .arg(self.dir.path())
+            .arg(archive)
+            .arg(name)
+            .status()
+            .expect("scripts/cluster runs");
+        assert!(status.success(), "loading {name} into the node failed");
+    }
+
+    /// A kube client from inside the namespace. Moves the calling thread there for good.
+    pub async fn client(&self) -> kube::Client {
+        let netns = std::fs::read_to_string(self.dir.path().join("netns")).unwrap();
+        let file = std::fs::File::open(format!("/run/netns/{}", netns.trim())).unwrap();
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("entering the cluster's network namespace (needs root)");
+        koord_webhook::tls::install_default_provider();
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        config.read_timeout = Some(Duration::from_secs(30));
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Runs a command inside the namespace with KUBECONFIG set; `stdin` piped in when given.
+    pub async fn exec(&self, command: &[&str], stdin: Option<&str>) -> Output {
+        use tokio::io::AsyncWriteExt;
+        let mut child = tokio::process::Command::new(repo("scripts/cluster"))
+            .arg("exec")
+            .arg(self.dir.path())
+            .args(command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("scripts/cluster runs");
+        let mut input = child.stdin.take().unwrap();
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .await
+            .unwrap();
+        drop(input);
+        child.wait_with_output().await.unwrap()
+    }
+
+    pub async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let command: Vec<&str> = std::iter::once("kubectl")
+            .chain(args.iter().copied())
+            .collect();
+        self.exec(&command, stdin).await
+    }
+
+    /// kubectl that must succeed; returns its stdout.
+    pub async fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl(args, stdin).await;
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Applies the repository's install file as the README says, unchanged.
+    pub async fn install(&self) -> Output {
+        let path = repo("manifests/install.yaml");
+        self.kubectl(
+            &["apply", "--server-side", "-f", path.to_str().unwrap()],
+            None,
+        )
+        .await
+    }
+
+    /// Waits until the Deployment has rolled out `replicas` Ready Pods of the current template.
+    pub async fn wait_rolled_out(&self, within: Duration) {
+        self.kubectl_ok(
+            &[
+                "-n",
+                NAMESPACE,
+                "rollout",
+                "status",
+                "deployment/koord-webhook",
+                &format!("--timeout={}s", within.as_secs()),
+            ],
+            None,
+        )
+        .await;
+    }
+
+    /// What helps to see why a test failed: the operator's Pods, their logs, the components' logs.
+    fn report(&self) {
+        let dir = self.dir.path();
+        let run = |args: &[&str]| {
+            std::process::Command::new(repo("scripts/cluster"))
+                .arg("exec")
+                .arg(dir)
+                .args(args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        };
+        eprintln!(
+            "--- pods\n{}",
+            run(&["kubectl", "get", "pods", "-A", "-o", "wide"])
+        );
+        eprintln!(
+            "--- koord-webhook logs\n{}",
+            run(&[
+                "kubectl",
+                "-n",
+                NAMESPACE,
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=koord-webhook",
+                "--tail=30",
+                "--prefix"
+            ])
+        );
+        for component in ["kubelet", "kube-apiserver", "containerd"] {
+            let log = std::fs::read_to_string(dir.join(format!("logs/{component}.log")))
+                .unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            eprintln!(
+                "--- {component} (last lines)\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.report();
+        }
+        let _ = std::process::Command::new(repo("scripts/cluster"))
+            .arg("down")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Dry-run pod creates through the API server at a steady rate, each one counted: the client-side
+/// view of whether admission kept working.
+pub struct SteadyLoad {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl SteadyLoad {
+    pub fn start(client: kube::Client, namespace: &str, per_second: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let (flag, count) = (stop.clone(), sent.clone());
+        let pods: Api<Pod> = Api::namespaced(client, namespace);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut requests = tokio::task::JoinSet::new();
+            let mut i = 0usize;
+            while !flag.load(Ordering::Relaxed) {
+                tick.tick().await;
+                i += 1;
+                count.fetch_add(1, Ordering::Relaxed);
+                let pods = pods.clone();
+                requests.spawn(async move {
+                    let pod: Pod = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": format!("steady-{i}")},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+                    .unwrap();
+                    let params = PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    };
+                    pods.create(&params, &pod)
+                        .await
+                        .err()
+                        .map(|e| e.to_string())
+                });
+            }
+            let mut failures = Vec::new();
+            while let Some(done) = requests.join_next().await {
+                if let Some(error) = done.unwrap() {
+                    failures.push(error);
+                }
+            }
+            failures
+        });
+        Self { stop, sent, task }
+    }
+
+    /// Stops the load: how many creates were sent, and the errors of those that failed.
+    pub async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let failures = self.task.await.unwrap();
+        (self.sent.load(Ordering::Relaxed), failures)
+    }
+}
