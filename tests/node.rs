@@ -97,8 +97,8 @@ fn ready(pod: &Pod) -> bool {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The replicas' memory (working set) as the kubelet reports it, by Pod name.
-async fn replica_memory(node: &Node) -> BTreeMap<String, u64> {
+/// The replicas' memory as the kubelet reports it, by Pod name: (working set, RSS) in bytes.
+async fn replica_memory(node: &Node) -> BTreeMap<String, (u64, u64)> {
     let path = format!("/api/v1/nodes/{NODE_NAME}/proxy/stats/summary");
     let summary: Value =
         serde_json::from_str(&node.kubectl_ok(&["get", "--raw", &path], None).await).unwrap();
@@ -108,12 +108,15 @@ async fn replica_memory(node: &Node) -> BTreeMap<String, u64> {
         .flatten()
         .filter(|p| p["podRef"]["namespace"] == NAMESPACE)
         .filter_map(|p| {
-            let memory = p["containers"]
+            let memory = &p["containers"]
                 .as_array()?
                 .iter()
-                .find(|c| c["name"] == "koord-webhook")?["memory"]["workingSetBytes"]
-                .as_u64()?;
-            Some((p["podRef"]["name"].as_str()?.to_owned(), memory))
+                .find(|c| c["name"] == "koord-webhook")?["memory"];
+            let sizes = (
+                memory["workingSetBytes"].as_u64()?,
+                memory["rssBytes"].as_u64()?,
+            );
+            Some((p["podRef"]["name"].as_str()?.to_owned(), sizes))
         })
         .collect()
 }
@@ -347,13 +350,18 @@ spec:
     tokio::time::sleep(Duration::from_secs(3)).await;
     let memory = replica_memory(&node).await;
     let sent = no_failed_admissions(load, "rolling upgrade").await;
-    eprintln!("replicas' memory (kubelet working set) after {sent} creates: {memory:?}");
+    eprintln!(
+        "replicas' memory (kubelet: working set, RSS bytes) after {sent} creates: {memory:?}"
+    );
     for p in &pods {
         let name = p.metadata.name.as_ref().unwrap();
-        let bytes = memory
+        let (working_set, rss) = memory
             .get(name)
             .unwrap_or_else(|| panic!("the kubelet reported no memory for {name}: {memory:?}"));
-        assert!(*bytes > 1 << 20, "{name}: {bytes} bytes");
+        assert!(
+            *working_set > 1 << 20 && *rss > 1 << 20,
+            "{name}: {working_set} / {rss} bytes"
+        );
     }
     assert!(
         bundles(&client).await.iter().all(|b| *b == bundle),
