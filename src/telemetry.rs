@@ -10,3 +10,41 @@ pub fn init() {
         .with_target(false)
         .try_init();
 }
+
+/// A request's text as a log field, cut to at most `max` bytes (on a character boundary) with the
+/// length of what was left out: a 1 MiB `uid` must not become 1 MiB of log.
+pub struct Clipped<'a>(pub &'a str, pub usize);
+
+/// Names, namespaces and uids as log fields.
+pub const MAX_LOGGED_NAME: usize = 256;
+/// Denial messages as log fields.
+pub const MAX_LOGGED_MESSAGE: usize = 1024;
+
+impl std::fmt::Display for Clipped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Clipped(text, max) = *self;
+        if text.len() <= max {
+            return f.write_str(text);
+        }
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}...(+{} bytes)", &text[..end], text.len() - end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Clipped;
+
+    #[test]
+    fn long_fields_are_cut_on_a_character_boundary() {
+        assert_eq!(Clipped("short", 8).to_string(), "short");
+        assert_eq!(Clipped("abcdefghij", 4).to_string(), "abcd...(+6 bytes)");
+        // 'é' is two bytes: the cut moves back before it.
+        assert_eq!(Clipped("abcé", 4).to_string(), "abc...(+2 bytes)");
+        let huge = "u".repeat(1 << 20);
+        assert!(Clipped(&huge, 256).to_string().len() < 300);
+    }
+}

@@ -5,6 +5,7 @@
 //! into a 500 for that request alone. Mutating chains work on a copy of the object; validating chains
 //! stop at the first rejection.
 
+use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
@@ -149,7 +150,7 @@ async fn run_step<'a>(
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
-        tracing::error!(webhook, plugin, panic = %what, "plugin panicked");
+        tracing::error!(webhook, plugin, panic = %Clipped(&what, MAX_LOGGED_MESSAGE), "plugin panicked");
         Err(Rejection::internal(format!(
             "internal error: plugin {plugin} failed: {what}"
         )))

@@ -20,6 +20,7 @@ pub mod settings;
 pub mod skip_fields;
 pub mod webhooks;
 
+use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -139,11 +140,11 @@ impl Admission {
         let spec = endpoint.spec();
         let span = tracing::info_span!(
             "admission",
-            uid = %head.uid,
+            uid = %Clipped(&head.uid, MAX_LOGGED_NAME),
             webhook = spec.path,
             operation = ?head.operation,
-            namespace = head.namespace.as_deref().unwrap_or_default(),
-            name = %head.name,
+            namespace = %Clipped(head.namespace.as_deref().unwrap_or_default(), MAX_LOGGED_NAME),
+            name = %Clipped(&head.name, MAX_LOGGED_NAME),
         );
         let verdict = self.admit(spec, run, api_timeout).instrument(span).await;
         Ok(review::encode(&head.uid, &verdict))
@@ -192,7 +193,7 @@ impl Admission {
                 .inc();
             tracing::info!(
                 code = verdict.code,
-                message = verdict.message.as_deref().unwrap_or_default(),
+                message = %Clipped(verdict.message.as_deref().unwrap_or_default(), MAX_LOGGED_MESSAGE),
                 "denied"
             );
         } else {

@@ -49,10 +49,15 @@ impl Default for Qty {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
-)]
-pub struct QuantityError(pub String);
+pub enum QuantityError {
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
+    )]
+    Syntax(String),
+    /// Kubernetes accepts it, but its value does not fit the 128-bit milli-units arithmetic here.
+    #[error("quantity {0:?} is too large: koord-webhook handles quantities up to 10^35")]
+    TooLarge(String),
+}
 
 const DECIMAL_SUFFIXES: &[(&str, i32)] = &[
     ("n", -9),
@@ -150,7 +155,8 @@ impl FromStr for Qty {
 
     // Runs for every quantity of every pod review: no allocation, no formatting machinery.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let err = || QuantityError(text.to_owned());
+        let err = || QuantityError::Syntax(text.to_owned());
+        let too_large = || QuantityError::TooLarge(text.to_owned());
         let s = text.trim();
         let (negative, s) = match s.as_bytes().first() {
             Some(b'-') => (true, &s[1..]),
@@ -165,7 +171,7 @@ impl FromStr for Qty {
                     mantissa = mantissa
                         .checked_mul(10)
                         .and_then(|m| m.checked_add(i128::from(b - b'0')))
-                        .ok_or_else(err)?;
+                        .ok_or_else(too_large)?;
                     digits += 1;
                     frac_len += i32::from(dot);
                 }
@@ -196,16 +202,21 @@ impl FromStr for Qty {
 
         // milli = mantissa * 2^two_exp * 10^(ten_exp - frac_len + 3), rounded up when fractional.
         let scaled = mantissa
-            .checked_mul(1i128.checked_shl(two_exp).ok_or_else(err)?)
-            .ok_or_else(err)?;
+            .checked_mul(1i128.checked_shl(two_exp).ok_or_else(too_large)?)
+            .ok_or_else(too_large)?;
         let exp10 = ten_exp
             .checked_sub(frac_len)
             .and_then(|e| e.checked_add(3))
-            .ok_or_else(err)?;
+            .ok_or_else(too_large)?;
         let milli = if exp10 >= 0 {
-            scaled
-                .checked_mul(pow10(exp10 as u32).ok_or_else(err)?)
-                .ok_or_else(err)?
+            // Zero times any power is zero, however large the exponent.
+            if scaled == 0 {
+                0
+            } else {
+                scaled
+                    .checked_mul(pow10(exp10 as u32).ok_or_else(too_large)?)
+                    .ok_or_else(too_large)?
+            }
         } else {
             match pow10(exp10.unsigned_abs()) {
                 Some(div) => scaled / div + i128::from(scaled % div != 0),
@@ -359,6 +370,27 @@ mod tests {
         assert_eq!(q("0e-50").milli(), 0);
         let max = "170141183460469231731687303715884105"; // i128::MAX / 1000, whole units
         assert_eq!(q(max).milli(), 170141183460469231731687303715884105000);
+    }
+
+    #[test]
+    fn valid_but_too_large_says_so() {
+        for big in [
+            "1e38",
+            "1e2147483647",
+            "9999999999999999999999999999999999999999",
+            "170141183460469231731687303715884106",
+            "1e36",
+        ] {
+            assert_eq!(
+                big.parse::<Qty>(),
+                Err(QuantityError::TooLarge(big.to_owned())),
+                "{big:?}"
+            );
+        }
+        assert!(matches!(
+            "1.2.3".parse::<Qty>(),
+            Err(QuantityError::Syntax(_))
+        ));
     }
 
     #[test]

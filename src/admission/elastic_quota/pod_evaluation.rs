@@ -42,8 +42,11 @@ fn holds_resources(pod: &Pod) -> bool {
     match &pod.metadata.deletion_timestamp {
         Some(deleted) => {
             let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
-            let gone = deleted.0 + std::time::Duration::from_secs(grace.max(0) as u64);
-            gone > jiff::Timestamp::now()
+            let gone = deleted
+                .0
+                .checked_add(jiff::SignedDuration::from_secs(grace.max(0)));
+            // A grace period past the end of time: the pod holds its resources until then.
+            !gone.is_ok_and(|gone| gone <= jiff::Timestamp::now())
         }
         None => true,
     }
@@ -121,5 +124,26 @@ impl QuotaEvaluation {
             .map_err(Rejection::invalid)?;
         ctx.annotate(AUDIT_CHILD_REQUEST, used);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_resources;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    fn deleted(at: &str, grace: i64) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p",
+            "deletionTimestamp": at, "deletionGracePeriodSeconds": grace}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_grace_period_past_the_end_of_time_is_no_panic() {
+        // Once a panic (500): the timestamp plus the grace period overflowed.
+        assert!(holds_resources(&deleted("2026-01-01T00:00:00Z", i64::MAX)));
+        assert!(!holds_resources(&deleted("2020-01-01T00:00:00Z", 30)));
+        assert!(holds_resources(&deleted("2999-01-01T00:00:00Z", 0)));
     }
 }

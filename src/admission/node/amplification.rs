@@ -139,8 +139,16 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
             continue;
         };
         let raw_value = Qty::try_from(raw_value).map_err(|e| e.to_string())?;
-        // Truncated toward zero on milli-units, as Koordinator computes it.
-        let amplified_milli = (raw_value.milli() as f64 * ratio) as i128;
+        // Truncated toward zero on milli-units, as Koordinator computes it. A product beyond the
+        // 64-bit range Kubernetes' own arithmetic has is refused rather than saturated.
+        let product = raw_value.milli() as f64 * ratio;
+        if !product.is_finite() || product.abs() >= i64::MAX as f64 {
+            return Err(format!(
+                "{AMPLIFICATION_RATIO}: {resource} {} amplified by {ratio} is too large",
+                raw_value
+            ));
+        }
+        let amplified_milli = product as i128;
         let amplified = Qty::from_milli(amplified_milli, raw_value.format());
         allocatable.insert(resource.to_owned(), amplified.to_quantity());
 
@@ -148,7 +156,13 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
         let raw_cap = raw_capacity.as_ref().and_then(|c| c.get(resource));
         if let (Some(raw_cap), Some(capacity)) = (raw_cap, status.capacity.as_mut()) {
             let raw_cap = Qty::try_from(raw_cap).map_err(|e| e.to_string())?;
-            let milli = amplified_milli + (raw_cap.milli() - raw_value.milli());
+            let milli = raw_cap
+                .milli()
+                .checked_sub(raw_value.milli())
+                .and_then(|reserved| reserved.checked_add(amplified_milli))
+                .ok_or_else(|| {
+                    format!("{AMPLIFICATION_RATIO}: {resource} capacity {raw_cap} is too large")
+                })?;
             capacity.insert(
                 resource.to_owned(),
                 Qty::from_milli(milli, raw_cap.format()).to_quantity(),
@@ -177,6 +191,21 @@ mod tests {
 
     fn get<'a>(list: &'a Option<ResourceList>, k: &str) -> &'a str {
         &list.as_ref().unwrap()[k].0
+    }
+
+    #[test]
+    fn products_beyond_64_bits_are_refused() {
+        for (ratio, cpu) in [("1e300", "4"), ("4", "1e18")] {
+            let kubelet = json!({"cpu": cpu, "memory": "8Gi"});
+            let old = node(json!({}), kubelet.clone(), kubelet.clone());
+            let mut new = node(
+                json!({AMPLIFICATION_RATIO: format!(r#"{{"cpu": {ratio}}}"#)}),
+                kubelet.clone(),
+                kubelet,
+            );
+            let err = amplify(Some(&old), &mut new, true).unwrap_err();
+            assert!(err.contains("is too large"), "{ratio} x {cpu}: {err}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! slo-controller ConfigMap. On CREATE the conflict is only logged, as Koordinator does.
 
 use super::Node;
+use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Step, Validator};
@@ -49,7 +50,11 @@ fn check(ctx: &Ctx<'_, Node>) -> PluginResult {
     for (key, parsed) in slo_config::parse_leniently(data) {
         if let Some(conflict) = slo_config::node_conflict(key, &parsed, name, &labels) {
             if !rejects {
-                tracing::warn!(node = name, conflict = %conflict, "new node matches several node strategies");
+                tracing::warn!(
+                    node = %Clipped(name, MAX_LOGGED_NAME),
+                    conflict = %Clipped(&conflict.to_string(), MAX_LOGGED_MESSAGE),
+                    "new node matches several node strategies"
+                );
                 return Ok(());
             }
             return Err(Rejection::invalid(conflict.to_string()));

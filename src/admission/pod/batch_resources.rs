@@ -17,7 +17,14 @@ fn convert_list(list: &mut ResourceList, (cpu, memory): (&str, &str)) -> Result<
     let mut changed = false;
     if let Some(q) = list.remove("cpu") {
         let milli = Qty::try_from(&q).map_err(|e| e.to_string())?.milli();
-        let value = Qty::from_milli(milli * 1000, Format::DecimalSI);
+        // The milli-cores become whole units of the batch resource.
+        let units = milli.checked_mul(1000).ok_or_else(|| {
+            format!(
+                "cpu {:?} is too large to be expressed as {cpu} (milli-cores)",
+                q.0
+            )
+        })?;
+        let value = Qty::from_milli(units, Format::DecimalSI);
         list.insert(cpu.to_owned(), value.to_quantity());
         changed = true;
     }
@@ -117,6 +124,20 @@ mod tests {
         assert_eq!(
             v["spec"]["overhead"],
             json!({"kubernetes.io/batch-cpu": "100", "kubernetes.io/batch-memory": "64Mi"})
+        );
+    }
+
+    #[test]
+    fn cpu_too_large_to_convert_is_an_error_not_a_wrapped_value() {
+        // 1e34 cores fit a quantity, but not once expressed in milli-cores of batch-cpu.
+        let mut p = pod(
+            json!({"koordinator.sh/priority-class": "koord-batch"}),
+            json!({"requests": {"cpu": "1e34"}}),
+        );
+        let err = convert(&mut p).unwrap_err();
+        assert!(
+            err.contains("\"1e34\" is too large to be expressed as kubernetes.io/batch-cpu"),
+            "{err}"
         );
     }
 
