@@ -12,7 +12,8 @@ use crate::admission::settings::{
 };
 use crate::controller::CertMode;
 use crate::duration::parse_duration_arg;
-use crate::server::DEFAULT_MAX_BODY_BYTES;
+use crate::server::Limits;
+use crate::server::limits;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -123,9 +124,45 @@ pub struct ServeArgs {
     pub rules: RuleFlags,
     #[command(flatten)]
     pub operator: OperatorFlags,
+    #[command(flatten)]
+    pub limits: LimitFlags,
+}
+
+/// What one client can cost the server (src/server/limits.rs).
+#[derive(Args, Debug)]
+pub struct LimitFlags {
     /// Largest admission request body accepted, in bytes (larger gets HTTP 413).
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_REQUEST_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_REQUEST_BYTES", default_value_t = limits::DEFAULT_MAX_BODY_BYTES)]
     pub max_request_bytes: usize,
+    /// Request bytes held in memory at once over all connections; beyond it HTTP 503 at once.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = limits::DEFAULT_MAX_INFLIGHT_BYTES)]
+    pub max_inflight_request_bytes: usize,
+    /// Time a client has to send a whole body (the API server's `?timeout=` shortens it); HTTP 408
+    /// after it.
+    #[arg(long, env = "KOORD_WEBHOOK_REQUEST_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration_arg)]
+    pub request_read_timeout: Duration,
+    /// Requests in flight on one connection (HTTP/2 streams); more get HTTP 503.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_MAX_STREAMS_PER_CONNECTION)]
+    pub max_streams_per_connection: usize,
+    /// Open connections over all workers; more wait in the listen backlog.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// HTTP worker threads (default: the cores, at least 2, whatever the CPU limit).
+    #[arg(long, env = "KOORD_WEBHOOK_WORKERS")]
+    pub workers: Option<usize>,
+}
+
+impl LimitFlags {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_body_bytes: self.max_request_bytes,
+            max_inflight_bytes: self.max_inflight_request_bytes,
+            read_timeout: self.request_read_timeout,
+            max_streams_per_connection: self.max_streams_per_connection,
+            max_connections: self.max_connections,
+            workers: self.workers.unwrap_or_else(limits::default_workers),
+        }
+    }
 }
 
 #[derive(Args, Debug)]

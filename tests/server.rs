@@ -451,3 +451,143 @@ async fn serve_rereads_its_certificate_files() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(served(addr).await.as_deref(), Some(&second[..]));
 }
+
+fn tight_limits() -> koord_webhook::server::Limits {
+    koord_webhook::server::Limits {
+        read_timeout: Duration::from_secs(1),
+        max_inflight_bytes: 32 * 1024 * 1024,
+        max_streams_per_connection: 4,
+        ..Default::default()
+    }
+}
+
+/// A client that starts a body and stops sending: answered 408 after the read deadline, and the
+/// stream's slot and bytes are given back.
+#[tokio::test]
+async fn a_stalled_body_is_dropped_after_the_deadline() {
+    let server =
+        TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
+    for proto in [Proto::Http1, Proto::Http2] {
+        let mut conn = connect(server.addr, proto).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(b"{\"apiVersion\":".to_vec()).await.unwrap();
+        let started = std::time::Instant::now();
+        let (status, body) = tokio::time::timeout(
+            Duration::from_secs(10),
+            conn.post_streaming(webhooks::VALIDATE_POD, rx),
+        )
+        .await
+        .expect("an answer, not a hang")
+        .unwrap();
+        assert_eq!(
+            status,
+            StatusCode::REQUEST_TIMEOUT,
+            "{proto:?}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(started.elapsed() >= Duration::from_millis(900));
+        drop(tx);
+    }
+    server.stop().await;
+}
+
+/// Over HTTP/2 a body without Content-Length that grows past the limit gets a 413 the client reads
+/// (the stream was once reset with no response).
+#[tokio::test]
+async fn an_oversized_streamed_body_gets_413_over_http2() {
+    let server =
+        TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
+    let mut conn = connect(server.addr, Proto::Http2).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let sender = tokio::spawn(async move {
+        for _ in 0..10 {
+            if tx.send(vec![b' '; 1024 * 1024]).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (status, body) = conn
+        .post_streaming(webhooks::VALIDATE_POD, rx)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(String::from_utf8_lossy(&body).contains("--max-request-bytes"));
+    sender.await.unwrap();
+    // The connection still serves.
+    assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
+    server.stop().await;
+}
+
+/// Many large uploads at once: the bytes held stay within --max-inflight-request-bytes (the rest
+/// get a fast 503), a connection carries at most --max-streams-per-connection requests, /healthz
+/// answers throughout, and every byte of the budget comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_bursts_are_bounded_and_health_still_answers() {
+    let server =
+        TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
+    let body = {
+        let mut review: Value =
+            serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "big")).unwrap();
+        review["request"]["object"]["metadata"]["annotations"] =
+            json!({"filler": "x".repeat(6 * 1024 * 1024)});
+        serde_json::to_vec(&review).unwrap()
+    };
+    // 60 uploads of 6 MiB over 15 connections (4 streams each).
+    let mut uploads = tokio::task::JoinSet::new();
+    for _ in 0..15 {
+        let conn = connect(server.addr, Proto::Http2).await.unwrap();
+        for _ in 0..4 {
+            let mut stream = conn.h2_stream();
+            let body = body.clone();
+            uploads.spawn(async move {
+                stream
+                    .send("POST", webhooks::VALIDATE_POD, body)
+                    .await
+                    .map(|(s, _)| s)
+            });
+        }
+    }
+    let mut health = connect(server.addr, Proto::Http1).await.unwrap();
+    assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
+    let (mut ok, mut busy) = (0, 0);
+    while let Some(done) = uploads.join_next().await {
+        match done.unwrap().expect("every upload gets an answer") {
+            StatusCode::OK => ok += 1,
+            StatusCode::SERVICE_UNAVAILABLE => busy += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    eprintln!("60 uploads of 6 MiB: {ok} answered, {busy} refused with 503");
+    assert_eq!(ok + busy, 60);
+    assert!(ok > 0, "some uploads fit the budget");
+    assert!(busy > 0, "60 x 6 MiB cannot all be held within 32 MiB");
+    assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
+
+    // Five concurrent stalled requests on one connection: the fifth is refused at once.
+    let conn = connect(server.addr, Proto::Http2).await.unwrap();
+    let mut senders = Vec::new();
+    let mut stalled = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(b"{".to_vec()).await.unwrap();
+        senders.push(tx);
+        let mut stream = conn.h2_stream();
+        stalled.spawn(async move { stream.post_streaming(webhooks::VALIDATE_POD, rx).await });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = conn
+        .h2_stream()
+        .post(webhooks::VALIDATE_POD, b"{}".to_vec())
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    while let Some(done) = stalled.join_next().await {
+        assert_eq!(done.unwrap().unwrap().0, StatusCode::REQUEST_TIMEOUT);
+    }
+    drop(senders);
+    server.stop().await;
+}

@@ -111,13 +111,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }),
         dice: None,
     };
-    let shared = Arc::new(Shared {
-        admission: Admission::with_services(cache, gates, Metrics::new(), services)
+    let shared = Arc::new(Shared::new(
+        Admission::with_services(cache, gates, Metrics::new(), services)
             .with_settings(args.rules.settings()),
-        readiness: Readiness::default(),
+        Readiness::default(),
         resolver,
-        max_body_bytes: args.max_request_bytes,
-    });
+        args.limits.limits(),
+    ));
     let addr = SocketAddr::new(args.bind_address, args.port);
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");

@@ -5,6 +5,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use futures::StreamExt;
 
 use super::Shared;
+use super::limits::ConnectionStreams;
 use crate::admission::ReviewError;
 use crate::duration::parse_duration;
 
@@ -23,57 +24,61 @@ pub async fn handle(
 ) -> HttpResponse {
     let path = req.path();
     if super::GET_PATHS.contains(&path) {
-        drain(&mut payload, shared.max_body_bytes).await;
+        drain(&mut payload, &shared.limits).await;
         return HttpResponse::MethodNotAllowed()
             .insert_header((header::ALLOW, "GET"))
             .content_type("text/plain; charset=utf-8")
             .body(format!("{path} accepts GET only\n"));
     }
     if shared.admission.endpoint(path).is_none() {
-        drain(&mut payload, shared.max_body_bytes).await;
+        drain(&mut payload, &shared.limits).await;
         return plain(StatusCode::NOT_FOUND, format!("404 page not found: {path}"));
     }
     if req.method() != Method::POST {
-        drain(&mut payload, shared.max_body_bytes).await;
+        drain(&mut payload, &shared.limits).await;
         return HttpResponse::MethodNotAllowed()
             .insert_header((header::ALLOW, "POST"))
             .content_type("text/plain; charset=utf-8")
             .body(format!("{path} accepts POST only\n"));
     }
 
-    let limit = shared.max_body_bytes;
-    let too_large = || {
-        plain(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body exceeds the limit of {limit} bytes (--max-request-bytes)"),
-        )
+    let api_timeout = match timeout_param(req.query_string()) {
+        Ok(t) => t,
+        Err(message) => {
+            drain(&mut payload, &shared.limits).await;
+            return plain(StatusCode::BAD_REQUEST, message);
+        }
     };
+    // One request at a time per HTTP/2 stream slot of this connection.
+    let _stream = match req.conn_data::<ConnectionStreams>() {
+        Some(streams) => match streams.0.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                return plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "too many requests in flight on this connection (at most {})",
+                        shared.limits.max_streams_per_connection
+                    ),
+                );
+            }
+        },
+        None => None,
+    };
+    let read_timeout = api_timeout.map_or(shared.limits.read_timeout, |t| {
+        t.min(shared.limits.read_timeout)
+    });
+    let deadline = tokio::time::Instant::now() + read_timeout;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return too_large();
-    }
-    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(16 * 1024));
-    while let Some(chunk) = payload.next().await {
-        match chunk {
-            Ok(chunk) if body.len() + chunk.len() > limit => return too_large(),
-            Ok(chunk) => body.extend_from_slice(&chunk),
-            Err(e) => {
-                return plain(
-                    StatusCode::BAD_REQUEST,
-                    format!("cannot read request body: {e}"),
-                );
-            }
-        }
-    }
-
-    let api_timeout = match timeout_param(req.query_string()) {
-        Ok(t) => t,
-        Err(message) => return plain(StatusCode::BAD_REQUEST, message),
+    let (body, _held) = match read_body(&mut payload, &shared, declared, deadline).await {
+        Ok(read) => read,
+        Err(refusal) => return refusal.respond(&mut payload, &shared, deadline).await,
     };
+
     match shared.admission.review(path, &body, api_timeout).await {
         Ok(response) => HttpResponse::Ok()
             .content_type("application/json")
@@ -85,11 +90,96 @@ pub async fn handle(
     }
 }
 
-/// Reads and drops a body we will not use, so an HTTP/1.1 connection stays reusable after an error.
-async fn drain(payload: &mut web::Payload, limit: usize) {
-    let mut seen = 0;
+/// Why a body was not read whole.
+enum Refusal {
+    TooLarge,
+    TimedOut,
+    /// The server holds its maximum of request bytes.
+    Busy,
+    Broken(String),
+}
+
+impl Refusal {
+    async fn respond(
+        self,
+        payload: &mut web::Payload,
+        shared: &Shared,
+        deadline: tokio::time::Instant,
+    ) -> HttpResponse {
+        let limits = &shared.limits;
+        match self {
+            Refusal::TooLarge => {
+                // Read the rest (and drop it) before answering: an HTTP/2 client whose stream is reset
+                // while it still sends never sees the 413. Bounded by the same deadline.
+                let _ = tokio::time::timeout_at(deadline, discard(payload, usize::MAX)).await;
+                plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "request body exceeds the limit of {} bytes (--max-request-bytes)",
+                        limits.max_body_bytes
+                    ),
+                )
+            }
+            Refusal::TimedOut => plain(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time (--request-read-timeout, or the API \
+                 server's timeout)",
+            ),
+            Refusal::Busy => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the server holds its maximum of {} request bytes (--max-inflight-request-bytes); retry",
+                    limits.max_inflight_bytes
+                ),
+            ),
+            Refusal::Broken(e) => plain(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read request body: {e}"),
+            ),
+        }
+    }
+}
+
+/// Reads the body within the size limit, the deadline and the server's byte budget. The permits
+/// returned hold the body's bytes in the budget until the request ends.
+async fn read_body(
+    payload: &mut web::Payload,
+    shared: &Shared,
+    declared: Option<usize>,
+    deadline: tokio::time::Instant,
+) -> Result<(web::BytesMut, Vec<tokio::sync::OwnedSemaphorePermit>), Refusal> {
+    let limit = shared.limits.max_body_bytes;
+    if declared.is_some_and(|n| n > limit) {
+        return Err(Refusal::TooLarge);
+    }
+    let mut held = Vec::new();
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(64 * 1024));
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, payload.next()).await {
+            Err(_elapsed) => return Err(Refusal::TimedOut),
+            Ok(None) => return Ok((body, held)),
+            Ok(Some(Err(e))) => return Err(Refusal::Broken(e.to_string())),
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        if body.len() + chunk.len() > limit {
+            return Err(Refusal::TooLarge);
+        }
+        held.push(shared.body_budget.take(chunk.len()).ok_or(Refusal::Busy)?);
+        body.extend_from_slice(&chunk);
+    }
+}
+
+/// Reads and drops a body we will not use, so an HTTP/1.1 connection stays reusable after an error;
+/// at most the body limit, for at most the read timeout.
+async fn drain(payload: &mut web::Payload, limits: &super::Limits) {
+    let _ =
+        tokio::time::timeout(limits.read_timeout, discard(payload, limits.max_body_bytes)).await;
+}
+
+async fn discard(payload: &mut web::Payload, limit: usize) {
+    let mut seen = 0usize;
     while let Some(Ok(chunk)) = payload.next().await {
-        seen += chunk.len();
+        seen = seen.saturating_add(chunk.len());
         if seen > limit {
             break;
         }

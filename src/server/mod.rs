@@ -2,6 +2,7 @@
 
 mod admission;
 pub mod health;
+pub mod limits;
 mod ops;
 
 use std::net::TcpListener;
@@ -13,9 +14,8 @@ use actix_web::{App, HttpServer, web};
 use crate::admission::Admission;
 use crate::tls::{self, CertResolver, TlsError};
 pub use health::Readiness;
-
-/// The API server may send a 3 MiB object twice (an UPDATE): 8 MiB leaves room for the envelope.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+use limits::{BodyBudget, ConnectionStreams};
+pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 
 /// The API server keeps idle webhook connections for 90 s; closing ours sooner causes intermittent
 /// "failed calling webhook" errors when it reuses one we just closed.
@@ -29,7 +29,25 @@ pub struct Shared {
     pub admission: Admission,
     pub readiness: Readiness,
     pub resolver: Arc<CertResolver>,
-    pub max_body_bytes: usize,
+    pub limits: Limits,
+    body_budget: BodyBudget,
+}
+
+impl Shared {
+    pub fn new(
+        admission: Admission,
+        readiness: Readiness,
+        resolver: Arc<CertResolver>,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            admission,
+            readiness,
+            resolver,
+            body_budget: BodyBudget::new(limits.max_inflight_bytes),
+            limits,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +64,9 @@ pub fn build(
     shared: Arc<Shared>,
 ) -> Result<actix_web::dev::Server, ServerError> {
     let tls = tls::server_config(shared.resolver.clone())?;
+    let limits = shared.limits.clone();
+    let workers = limits.workers.max(1);
+    let streams = limits.max_streams_per_connection.max(1);
     let data = web::Data::from(shared);
     let server = HttpServer::new(move || {
         App::new()
@@ -59,6 +80,16 @@ pub fn build(
             )
             .default_service(web::to(admission::handle))
     })
+    .on_connect(move |_, data| {
+        data.insert(ConnectionStreams(Arc::new(tokio::sync::Semaphore::new(
+            streams,
+        ))));
+    })
+    .workers(workers)
+    // Per worker in actix.
+    .max_connections(limits.max_connections.div_ceil(workers))
+    // Headers (and an HTTP/2 handshake) must arrive within this.
+    .client_request_timeout(Duration::from_secs(5))
     .keep_alive(KEEP_ALIVE)
     .tcp_nodelay(true)
     .shutdown_timeout(10)

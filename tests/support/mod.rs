@@ -19,7 +19,7 @@ use koord_webhook::cache::Cache;
 use koord_webhook::certs::{PemPair, self_signed};
 use koord_webhook::features::FeatureGates;
 use koord_webhook::metrics::Metrics;
-use koord_webhook::server::{self, DEFAULT_MAX_BODY_BYTES, Readiness, Shared};
+use koord_webhook::server::{self, Limits, Readiness, Shared};
 use koord_webhook::tls::CertResolver;
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -64,18 +64,22 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(cache: Cache, gates: FeatureGates) -> Self {
+        Self::start_with(cache, gates, Limits::default()).await
+    }
+
+    pub async fn start_with(cache: Cache, gates: FeatureGates, limits: Limits) -> Self {
         koord_webhook::tls::install_default_provider();
         let resolver = Arc::new(CertResolver::new());
         let pair = new_pair("first");
         resolver
             .set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes())
             .unwrap();
-        let shared = Arc::new(Shared {
-            admission: Admission::new(cache, gates, Metrics::new()),
-            readiness: Readiness::default(),
+        let shared = Arc::new(Shared::new(
+            Admission::new(cache, gates, Metrics::new()),
+            Readiness::default(),
             resolver,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-        });
+            limits,
+        ));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = server::build(listener, shared.clone()).unwrap();

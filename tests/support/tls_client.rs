@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -66,9 +67,11 @@ pub enum Proto {
     Http2,
 }
 
+type Body = BoxBody<Bytes, std::convert::Infallible>;
+
 pub enum Sender {
-    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
-    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+    H1(hyper::client::conn::http1::SendRequest<Body>),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
 }
 
 /// One TLS connection carrying HTTP requests.
@@ -140,18 +143,58 @@ pub async fn connect_with(
 }
 
 impl Conn {
+    /// Another handle on the same HTTP/2 connection (for concurrent streams).
+    pub fn h2_stream(&self) -> Conn {
+        let Sender::H2(sender) = &self.sender else {
+            panic!("only an HTTP/2 connection carries concurrent requests");
+        };
+        Conn {
+            sender: Sender::H2(sender.clone()),
+            peer_cert: self.peer_cert.clone(),
+            tls_version: self.tls_version,
+        }
+    }
+
     pub async fn send(
         &mut self,
         method: &str,
         path: &str,
         body: Vec<u8>,
     ) -> Result<(StatusCode, Vec<u8>), Box<dyn std::error::Error + Send + Sync>> {
+        self.send_body(method, path, Full::new(Bytes::from(body)).boxed())
+            .await
+    }
+
+    /// POSTs a body sent as the chunks arrive on `chunks`, with no Content-Length: a client that
+    /// streams, stalls or never ends.
+    pub async fn post_streaming(
+        &mut self,
+        path: &str,
+        chunks: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    ) -> Result<(StatusCode, Vec<u8>), Box<dyn std::error::Error + Send + Sync>> {
+        let frames = futures::stream::unfold(chunks, |mut rx| async move {
+            let chunk = rx.recv().await?;
+            Some((
+                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(chunk))),
+                rx,
+            ))
+        });
+        self.send_body("POST", path, StreamBody::new(frames).boxed())
+            .await
+    }
+
+    async fn send_body(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Body,
+    ) -> Result<(StatusCode, Vec<u8>), Box<dyn std::error::Error + Send + Sync>> {
         let request = Request::builder()
             .method(method)
             .uri(path)
             .header("host", "localhost")
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))?;
+            .body(body)?;
         let response = match &mut self.sender {
             Sender::H1(s) => {
                 s.ready().await?;
