@@ -126,6 +126,17 @@ pub struct ServeArgs {
     pub operator: OperatorFlags,
     #[command(flatten)]
     pub limits: LimitFlags,
+    /// Where the plain-HTTP operations port listens (`/metrics`, `/healthz`, `/readyz`, and
+    /// `/debug/...` when enabled); `0` turns it off.
+    #[arg(
+        long,
+        env = "KOORD_WEBHOOK_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_bind_address: String,
+    /// Serve `/debug/elastic-quota` (the quota tree as the webhook sees it) on the operations port.
+    #[arg(long, env = "KOORD_WEBHOOK_ENABLE_DEBUG_ENDPOINTS")]
+    pub enable_debug_endpoints: bool,
 }
 
 /// What one client can cost the server (src/server/limits.rs).

@@ -216,7 +216,15 @@ fn unusable_input_exits_2_with_one_line() {
 #[test]
 fn serve_refuses_a_bad_flag_with_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
-        .args(["serve", "--feature-gates", "Bogus=true", "--port", "0"])
+        .args([
+            "serve",
+            "--feature-gates",
+            "Bogus=true",
+            "--port",
+            "0",
+            "--metrics-bind-address",
+            "0",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

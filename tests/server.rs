@@ -246,7 +246,18 @@ async fn health_readiness_metrics_and_debug() {
         )
         .await;
     assert_eq!(response_of(&body)["allowed"], true);
-    let (status, body) = conn.get("/metrics").await;
+    // Metrics and the debug view are not served on the admission port, only on the operations port.
+    assert_eq!(conn.get("/metrics").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        conn.get("/debug/elastic-quota").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let mut ops = support::tls_client::connect_plain(server.ops_addr)
+        .await
+        .unwrap();
+    assert_eq!(ops.get("/healthz").await.0, StatusCode::OK);
+    assert_eq!(ops.get("/readyz").await.0, StatusCode::OK);
+    let (status, body) = ops.get("/metrics").await;
     assert_eq!(status, StatusCode::OK);
     let text = String::from_utf8(body).unwrap();
     assert!(
@@ -262,13 +273,30 @@ async fn health_readiness_metrics_and_debug() {
         "{text}"
     );
 
-    let (status, body) = conn.get("/debug/elastic-quota").await;
+    let (status, body) = ops.get("/debug/elastic-quota").await;
     assert_eq!(status, StatusCode::OK);
     let tree: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(tree["quotaHierarchyInfo"]["parent-a"], json!(["child-a1"]));
     assert_eq!(tree["quotaInfoMap"]["child-a1"]["parentName"], "parent-a");
     assert_eq!(tree["quotaInfoMap"]["parent-a"]["isParent"], true);
     server.stop().await;
+
+    // Without --enable-debug-endpoints the debug view does not exist.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shared = TestServer::start(quota_cache(), FeatureGates::default())
+        .await
+        .shared;
+    let ops = koord_webhook::server::ops::build(listener, shared, false).unwrap();
+    let handle = ops.handle();
+    tokio::spawn(ops);
+    let mut conn = support::tls_client::connect_plain(addr).await.unwrap();
+    assert_eq!(conn.get("/metrics").await.0, StatusCode::OK);
+    assert_eq!(
+        conn.get("/debug/elastic-quota").await.0,
+        StatusCode::NOT_FOUND
+    );
+    handle.stop(true).await;
 }
 
 #[tokio::test]
@@ -414,6 +442,8 @@ async fn serve_rereads_its_certificate_files() {
                 "127.0.0.1",
                 "--port",
                 &port.to_string(),
+                "--metrics-bind-address",
+                "0",
             ])
             .arg("--state")
             .arg(fixture("state/quota-tree.yaml"))

@@ -141,6 +141,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let handle = server.handle();
     let serving = tokio::spawn(server);
+    let ops_handle = match args.metrics_bind_address.as_str() {
+        "0" | "" => None,
+        address => {
+            let listener = TcpListener::bind(address)
+                .with_context(|| format!("--metrics-bind-address {address}: cannot listen"))?;
+            tracing::info!(
+                address,
+                debug = args.enable_debug_endpoints,
+                "operations port listening"
+            );
+            let ops = server::ops::build(listener, shared.clone(), args.enable_debug_endpoints)?;
+            let handle = ops.handle();
+            tokio::spawn(ops);
+            Some(handle)
+        }
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let operator_task = operator.map(|(client, writer)| {
@@ -171,6 +187,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Gives the election its moment to release the Lease before the runtime goes away.
     tokio::time::sleep(Duration::from_millis(300)).await;
     handle.stop(true).await;
+    if let Some(ops) = ops_handle {
+        ops.stop(true).await;
+    }
     if let Some(task) = operator_task {
         task.abort();
     }

@@ -19,6 +19,7 @@ use kube::api::ObjectMeta;
 use super::{APP_NAME, InstallOptions, NAMESPACE, SELECTOR_LABEL, SERVICE_NAME, app_labels};
 
 const PORT: i32 = 9443;
+const METRICS_PORT: i32 = 8080;
 
 fn selector_labels() -> BTreeMap<String, String> {
     [(SELECTOR_LABEL.to_owned(), APP_NAME.to_owned())].into()
@@ -81,12 +82,21 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
         image: Some(options.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         args: Some(args),
-        ports: Some(vec![ContainerPort {
-            name: Some("https".to_owned()),
-            container_port: PORT,
-            protocol: Some("TCP".to_owned()),
-            ..Default::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("https".to_owned()),
+                container_port: PORT,
+                protocol: Some("TCP".to_owned()),
+                ..Default::default()
+            },
+            // The plain-HTTP operations port (`--metrics-bind-address`, default :8080): /metrics.
+            ContainerPort {
+                name: Some("metrics".to_owned()),
+                container_port: METRICS_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..Default::default()
+            },
+        ]),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),

@@ -1,9 +1,10 @@
-//! The HTTPS server: actix-web over rustls, admission paths plus health, readiness, metrics and debug.
+//! The HTTPS server: actix-web over rustls, admission paths plus health and readiness; and the
+//! plain-HTTP operations server (`ops.rs`: metrics, health, debug).
 
 mod admission;
 pub mod health;
 pub mod limits;
-mod ops;
+pub mod ops;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -21,8 +22,9 @@ pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 /// "failed calling webhook" errors when it reuses one we just closed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
 
-/// The non-admission paths; any other method on them gets 405.
-const GET_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics", "/debug/elastic-quota"];
+/// The non-admission paths of the admission port (for the kubelet's probes); any other method on
+/// them gets 405. Metrics and debug views are on the operations port only (`ops.rs`).
+const GET_PATHS: &[&str] = &["/healthz", "/readyz"];
 
 /// What the request handlers share.
 pub struct Shared {
@@ -73,11 +75,6 @@ pub fn build(
             .app_data(data.clone())
             .route("/healthz", web::get().to(health::healthz))
             .route("/readyz", web::get().to(health::readyz))
-            .route("/metrics", web::get().to(ops::metrics))
-            .route(
-                "/debug/elastic-quota",
-                web::get().to(ops::debug_elastic_quota),
-            )
             .default_service(web::to(admission::handle))
     })
     .on_connect(move |_, data| {

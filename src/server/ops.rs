@@ -1,8 +1,14 @@
-//! `/metrics` and `/debug/elastic-quota`.
+//! The operations port: plain HTTP, apart from admission (as controller-runtime's
+//! `--metrics-bind-address`), with `/metrics`, `/healthz`, `/readyz` and, only when enabled,
+//! `/debug/elastic-quota`. Nothing here is reachable through the admission port, so whoever can
+//! reach 9443 cannot read the quota tree or the metrics.
 
-use actix_web::{HttpResponse, web};
+use std::net::TcpListener;
+use std::sync::Arc;
 
-use super::Shared;
+use actix_web::{App, HttpResponse, HttpServer, web};
+
+use super::{Shared, health};
 use crate::admission::elastic_quota::debug::quota_tree;
 use crate::metrics::KindLabels;
 
@@ -22,4 +28,31 @@ pub async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
 
 pub async fn debug_elastic_quota(shared: web::Data<Shared>) -> HttpResponse {
     HttpResponse::Ok().json(quota_tree(&shared.admission.cache().topology()))
+}
+
+/// Builds the operations server on a bound listener; the caller awaits (or spawns) it.
+pub fn build(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    debug: bool,
+) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::from(shared);
+    Ok(HttpServer::new(move || {
+        let app = App::new()
+            .app_data(data.clone())
+            .route("/metrics", web::get().to(metrics))
+            .route("/healthz", web::get().to(health::healthz))
+            .route("/readyz", web::get().to(health::readyz));
+        if debug {
+            app.route("/debug/elastic-quota", web::get().to(debug_elastic_quota))
+        } else {
+            app
+        }
+    })
+    .workers(1)
+    .max_connections(64)
+    .client_request_timeout(std::time::Duration::from_secs(5))
+    .disable_signals()
+    .listen(listener)?
+    .run())
 }

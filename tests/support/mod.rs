@@ -58,6 +58,9 @@ pub fn new_pair(name: &str) -> PemPair {
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The plain-HTTP operations port (metrics, health, debug enabled).
+    pub ops_addr: SocketAddr,
+    ops_handle: actix_web::dev::ServerHandle,
     pub shared: Arc<Shared>,
     handle: actix_web::dev::ServerHandle,
 }
@@ -85,8 +88,15 @@ impl TestServer {
         let server = server::build(listener, shared.clone()).unwrap();
         let handle = server.handle();
         tokio::spawn(server);
+        let ops_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ops_addr = ops_listener.local_addr().unwrap();
+        let ops = server::ops::build(ops_listener, shared.clone(), true).unwrap();
+        let ops_handle = ops.handle();
+        tokio::spawn(ops);
         Self {
             addr,
+            ops_addr,
+            ops_handle,
             shared,
             handle,
         }
@@ -94,5 +104,6 @@ impl TestServer {
 
     pub async fn stop(self) {
         self.handle.stop(true).await;
+        self.ops_handle.stop(true).await;
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 
 use super::control_plane::ControlPlane;
-use super::tls_client::{Proto, connect};
+use super::tls_client::{Proto, connect, connect_plain};
 
 pub const SERVICE_ACCOUNT: &str = "system:serviceaccount:koordinator-system:koord-webhook";
 
@@ -56,6 +56,8 @@ pub fn impersonating_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
 pub struct Operator {
     child: Child,
     pub addr: SocketAddr,
+    /// The plain-HTTP operations port (`/metrics`).
+    pub ops_addr: SocketAddr,
     pub log: PathBuf,
 }
 
@@ -63,6 +65,7 @@ impl Operator {
     /// Starts `serve` on a free port, calling itself at 127.0.0.1 (URL mode).
     pub fn start(kubeconfig: &Path, dir: &Path, name: &str, args: &[&str]) -> Self {
         let port = free_port();
+        let ops_port = free_port();
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
@@ -74,6 +77,7 @@ impl Operator {
                 &port.to_string(),
             ])
             .args(["--webhook-host", "127.0.0.1", "--identity", name])
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{ops_port}")])
             .args(if args.contains(&"--drain-delay") {
                 &[][..]
             } else {
@@ -89,6 +93,7 @@ impl Operator {
         Self {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            ops_addr: SocketAddr::from(([127, 0, 0, 1], ops_port)),
             log,
         }
     }
@@ -107,7 +112,7 @@ impl Operator {
     }
 
     pub async fn metrics(&self) -> String {
-        let mut conn = connect(self.addr, Proto::Http1).await.unwrap();
+        let mut conn = connect_plain(self.ops_addr).await.unwrap();
         String::from_utf8_lossy(&conn.get("/metrics").await.1).into_owned()
     }
 

@@ -142,6 +142,20 @@ pub async fn connect_with(
     })
 }
 
+/// A plain-HTTP/1.1 connection (the operations port).
+pub async fn connect_plain(
+    addr: SocketAddr,
+) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
+    Ok(Conn {
+        sender: Sender::H1(sender),
+        peer_cert: Vec::new(),
+        tls_version: rustls::ProtocolVersion::Unknown(0),
+    })
+}
+
 impl Conn {
     /// Another handle on the same HTTP/2 connection (for concurrent streams).
     pub fn h2_stream(&self) -> Conn {
