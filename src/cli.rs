@@ -134,6 +134,10 @@ pub struct ServeArgs {
         default_value = "0.0.0.0:8080"
     )]
     pub metrics_bind_address: String,
+    /// Require a client certificate signed by a CA of this PEM file on the admission port (the API
+    /// server presents one when its AdmissionConfiguration gives it a kubeconfig for the webhook).
+    #[arg(long, env = "KOORD_WEBHOOK_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
     /// Serve `/debug/elastic-quota` (the quota tree as the webhook sees it) on the operations port.
     #[arg(long, env = "KOORD_WEBHOOK_ENABLE_DEBUG_ENDPOINTS")]
     pub enable_debug_endpoints: bool,

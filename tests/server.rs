@@ -621,3 +621,85 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
     drop(senders);
     server.stop().await;
 }
+
+/// With --client-ca-file, a caller without a certificate from that CA is refused at the handshake,
+/// so a forged review (a phantom ElasticQuota CREATE) never reaches admission; the API server, given
+/// a certificate from that CA, is served.
+#[tokio::test]
+async fn client_certificates_can_be_required() {
+    use koord_webhook::certs::authority;
+    let ca = authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    let other_ca = authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    let client = |ca: &koord_webhook::certs::PemPair| {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let issuer = rcgen::Issuer::from_ca_cert_pem(
+            &ca.cert_pem,
+            rcgen::KeyPair::from_pem(&ca.key_pem).unwrap(),
+        )
+        .unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let server = {
+        koord_webhook::tls::install_default_provider();
+        let started = TestServer::start(quota_cache(), FeatureGates::default()).await;
+        // The same handlers behind a listener that requires client certificates.
+        let shared = std::sync::Arc::new(
+            koord_webhook::server::Shared::new(
+                koord_webhook::admission::Admission::new(
+                    quota_cache(),
+                    FeatureGates::default(),
+                    koord_webhook::metrics::Metrics::new(),
+                ),
+                Default::default(),
+                started.shared.resolver.clone(),
+                Default::default(),
+            )
+            .with_client_ca(Some(ca.cert_pem.clone().into_bytes())),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = koord_webhook::server::build(listener, shared).unwrap();
+        tokio::spawn(app);
+        (started, addr)
+    };
+    let (_keep, addr) = server;
+    let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
+    let forged = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "forged", "operation": "CREATE", "namespace": "team-a", "name": "phantom",
+            "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
+            "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
+            "object": {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                "metadata": {"name": "phantom", "namespace": "team-a"}, "spec": {"min": {"cpu": "1"}, "max": {"cpu": "1"}}}}
+    }))
+    .unwrap();
+    let path = "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+    // No certificate, or one from another CA: no answer at all.
+    for identity in [None, Some(client(&other_ca))] {
+        let identity = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
+        let refused =
+            match support::tls_client::connect_as(addr, Proto::Http2, &versions, identity).await {
+                Err(_) => true,
+                Ok(mut conn) => conn.send("POST", path, forged.clone()).await.is_err(),
+            };
+        assert!(refused, "a caller without a trusted certificate was served");
+    }
+    let (cert, key) = client(&ca);
+    let mut conn =
+        support::tls_client::connect_as(addr, Proto::Http2, &versions, Some((&cert, &key)))
+            .await
+            .unwrap();
+    let (status, _) = conn
+        .post(
+            webhooks::VALIDATE_POD,
+            harmless_review(webhooks::VALIDATE_POD, "ok"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}

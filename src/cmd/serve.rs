@@ -111,13 +111,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }),
         dice: None,
     };
-    let shared = Arc::new(Shared::new(
-        Admission::with_services(cache, gates, Metrics::new(), services)
-            .with_settings(args.rules.settings()),
-        Readiness::default(),
-        resolver,
-        args.limits.limits(),
-    ));
+    let client_ca = match &args.client_ca_file {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("--client-ca-file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let shared = Arc::new(
+        Shared::new(
+            Admission::with_services(cache, gates, Metrics::new(), services)
+                .with_settings(args.rules.settings()),
+            Readiness::default(),
+            resolver,
+            args.limits.limits(),
+        )
+        .with_client_ca(client_ca),
+    );
     let addr = SocketAddr::new(args.bind_address, args.port);
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");

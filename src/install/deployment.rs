@@ -34,12 +34,14 @@ fn meta(name: &str) -> ObjectMeta {
     }
 }
 
+/// Probes go to the plain-HTTP operations port, so they work when the admission port requires
+/// client certificates (`--client-ca-file`).
 fn probe(path: &str, period: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String("https".to_owned()),
-            scheme: Some("HTTPS".to_owned()),
+            port: IntOrString::String("metrics".to_owned()),
+            scheme: Some("HTTP".to_owned()),
             ..Default::default()
         }),
         period_seconds: Some(period),

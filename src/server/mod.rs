@@ -33,6 +33,9 @@ pub struct Shared {
     pub resolver: Arc<CertResolver>,
     pub limits: Limits,
     body_budget: BodyBudget,
+    /// PEM of the CAs whose client certificates are required (`--client-ca-file`); none: no
+    /// client authentication.
+    pub client_ca: Option<Vec<u8>>,
 }
 
 impl Shared {
@@ -48,7 +51,14 @@ impl Shared {
             resolver,
             body_budget: BodyBudget::new(limits.max_inflight_bytes),
             limits,
+            client_ca: None,
         }
+    }
+
+    /// Requires client certificates signed by these CAs (PEM) on the admission port.
+    pub fn with_client_ca(mut self, pem: Option<Vec<u8>>) -> Self {
+        self.client_ca = pem;
+        self
     }
 }
 
@@ -65,7 +75,7 @@ pub fn build(
     listener: TcpListener,
     shared: Arc<Shared>,
 ) -> Result<actix_web::dev::Server, ServerError> {
-    let tls = tls::server_config(shared.resolver.clone())?;
+    let tls = tls::server_config(shared.resolver.clone(), shared.client_ca.as_deref())?;
     let limits = shared.limits.clone();
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);

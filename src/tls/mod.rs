@@ -5,6 +5,8 @@ pub mod resolver;
 
 use std::sync::Arc;
 
+use rustls_pki_types::pem::PemObject;
+
 pub use resolver::CertResolver;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +17,8 @@ pub enum TlsError {
     NoKey(String),
     #[error("unusable certificate or key: {0}")]
     Rustls(#[from] rustls::Error),
+    #[error("unusable client CA (--client-ca-file): {0}")]
+    ClientCa(String),
     #[error("cannot read {path}: {source}")]
     Io {
         path: String,
@@ -33,11 +37,34 @@ pub fn install_default_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// A rustls server configuration that asks `resolver` for the certificate on every handshake.
-pub fn server_config(resolver: Arc<CertResolver>) -> Result<rustls::ServerConfig, TlsError> {
-    let config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
-    Ok(config)
+/// A rustls server configuration that asks `resolver` for the certificate on every handshake. With
+/// `client_ca` (PEM), every client must present a certificate signed by one of its CAs: the API
+/// server does when its admission configuration gives it a kubeconfig for the webhook.
+pub fn server_config(
+    resolver: Arc<CertResolver>,
+    client_ca: Option<&[u8]>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| TlsError::ClientCa(e.to_string()))?;
+                roots.add(cert)?;
+            }
+            if roots.is_empty() {
+                return Err(TlsError::ClientCa("no certificate in it".to_owned()));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots.into(),
+                provider(),
+            )
+            .build()
+            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    Ok(builder.with_cert_resolver(resolver))
 }

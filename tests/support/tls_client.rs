@@ -99,12 +99,29 @@ pub async fn connect_with(
     proto: Proto,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    connect_as(addr, proto, versions, None).await
+}
+
+/// Connects presenting a client certificate (PEM chain and key) when `identity` is given.
+pub async fn connect_as(
+    addr: SocketAddr,
+    proto: Proto,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    identity: Option<(&str, &str)>,
+) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
-        .with_no_client_auth();
+        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)));
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder.with_client_auth_cert(
+            CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>()?,
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes())?,
+        )?,
+    };
     config.alpn_protocols = match proto {
         Proto::Http1 => vec![b"http/1.1".to_vec()],
         Proto::Http2 => vec![b"h2".to_vec()],
