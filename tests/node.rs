@@ -20,16 +20,11 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
 use support::operator::eventually;
+use support::{fixture, pod};
 
 const MUTATING: &str = "koordinator-mutating-webhook-configuration";
 const VALIDATING: &str = "koordinator-validating-webhook-configuration";
 const LOAD_PER_SECOND: u32 = 20;
-
-fn pod(namespace: &str, name: &str, labels: Value, requests: Value) -> Pod {
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}))
-    .unwrap()
-}
 
 fn dry_run() -> PostParams {
     PostParams {
@@ -189,32 +184,10 @@ async fn installed_from_the_manifests_on_a_real_node() {
     }
 
     // --- Admission through the API server, the Service and a Pod of the image.
+    let profile = fixture("colocation/spark.yaml");
     node.kubectl_ok(
-        &["apply", "--server-side", "-f", "-"],
-        Some(
-            r#"
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-batch}
-value: 5500
----
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: spark
-  labels: {koordinator.sh/enable-colocation: "true"}
----
-apiVersion: config.koordinator.sh/v1alpha1
-kind: ClusterColocationProfile
-metadata: {name: colocation-spark}
-spec:
-  namespaceSelector: {matchLabels: {koordinator.sh/enable-colocation: "true"}}
-  selector: {matchLabels: {app: spark}}
-  qosClass: BE
-  priorityClassName: koord-batch
-  labels: {koordinator.sh/mutated: "true"}
-"#,
-        ),
+        &["apply", "--server-side", "-f", profile.to_str().unwrap()],
+        None,
     )
     .await;
     let spark_pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
@@ -237,6 +210,7 @@ spec:
     .await;
     let spec = mutated.spec.unwrap();
     assert_eq!(spec.priority, Some(5500));
+    assert_eq!(spec.scheduler_name.as_deref(), Some("koord-scheduler"));
     let requests = spec.containers[0]
         .resources
         .as_ref()

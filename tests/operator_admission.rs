@@ -12,18 +12,13 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use support::control_plane::ControlPlane;
 use support::operator::{Cluster, Load, eventually};
+use support::pod;
 
 fn create_params(dry_run: bool) -> PostParams {
     PostParams {
         dry_run,
         ..Default::default()
     }
-}
-
-fn pod(namespace: &str, name: &str, labels: Value, requests: Value) -> Pod {
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": requests}}]}}))
-    .unwrap()
 }
 
 fn apply(cp: &ControlPlane, yaml: &str) {
@@ -54,29 +49,7 @@ async fn admission_through_the_api_server_with_the_live_cache() {
     // A profile created while serve runs applies within a second.
     apply(
         cp,
-        r#"
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-batch}
-value: 5500
----
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: spark
-  labels: {koordinator.sh/enable-colocation: "true"}
----
-apiVersion: config.koordinator.sh/v1alpha1
-kind: ClusterColocationProfile
-metadata: {name: colocation-spark}
-spec:
-  namespaceSelector: {matchLabels: {koordinator.sh/enable-colocation: "true"}}
-  selector: {matchLabels: {app: spark}}
-  qosClass: BE
-  priorityClassName: koord-batch
-  schedulerName: koord-scheduler
-  labels: {koordinator.sh/mutated: "true"}
-"#,
+        &std::fs::read_to_string(support::fixture("colocation/spark.yaml")).unwrap(),
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
     let spark = pod(

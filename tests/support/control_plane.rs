@@ -22,24 +22,7 @@ impl ControlPlane {
             .prefix("koord-cp-")
             .tempdir()
             .expect("temporary directory");
-        let out = Command::new(script())
-            .arg("up")
-            .arg(dir.path())
-            .env("KOORD_CP_OWNER_PID", std::process::id().to_string())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("scripts/control-plane runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "control plane did not start: {stdout}"
-        );
-        let kubeconfig = stdout
-            .lines()
-            .last()
-            .and_then(|l| l.strip_prefix("KUBECONFIG="))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("no KUBECONFIG line in: {stdout}"));
+        let kubeconfig = super::start_cluster_script(&script(), dir.path(), "control plane");
         Self { dir, kubeconfig }
     }
 

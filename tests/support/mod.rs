@@ -28,6 +28,44 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A pod with one container whose requests and limits are `requests`.
+pub fn pod(
+    namespace: &str,
+    name: &str,
+    labels: serde_json::Value,
+    requests: serde_json::Value,
+) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "busybox",
+            "resources": {"requests": requests, "limits": requests}}]}}))
+    .unwrap()
+}
+
+/// Runs `script up DIR` (scripts/control-plane or scripts/cluster) with this process as the owner
+/// its watchdog follows, and returns the KUBECONFIG path it printed last.
+pub fn start_cluster_script(
+    script: &std::path::Path,
+    dir: &std::path::Path,
+    what: &str,
+) -> PathBuf {
+    let out = std::process::Command::new(script)
+        .arg("up")
+        .arg(dir)
+        .env("KOORD_CP_OWNER_PID", std::process::id().to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{} cannot run: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{what} did not start: {stdout}");
+    stdout
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("KUBECONFIG="))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no KUBECONFIG line in: {stdout}"))
+}
+
 /// A loopback port nothing listens on (for a child process to bind).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

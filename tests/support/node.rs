@@ -47,24 +47,11 @@ impl Node {
             .prefix("node-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("temporary directory");
-        let out = std::process::Command::new(repo("scripts/cluster"))
-            .arg("up")
-            .arg(dir.path())
-            .env("KOORD_CP_OWNER_PID", std::process::id().to_string())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("scripts/cluster runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "the one-node cluster did not start (scripts/cluster up; it needs root): {stdout}"
+        let kubeconfig = super::start_cluster_script(
+            &repo("scripts/cluster"),
+            dir.path(),
+            "the one-node cluster (scripts/cluster up; it needs root)",
         );
-        let kubeconfig = stdout
-            .lines()
-            .last()
-            .and_then(|l| l.strip_prefix("KUBECONFIG="))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("no KUBECONFIG line in: {stdout}"));
         let node = Self { dir, kubeconfig };
         let (name, archive) = image();
         node.load_image(&archive, &name);
