@@ -2,6 +2,7 @@
 //! they pass, applies the change to the topology at once, so two racing admissions cannot both
 //! squeeze into the same parent. Dry runs change nothing.
 
+use crate::cache::quota_topology::PROVISIONAL_TTL;
 use kube::core::admission::Operation;
 
 use super::tree_checks::{check_create, check_delete, check_update};
@@ -25,6 +26,12 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
     let dry_run = ctx.request.dry_run;
     let cache = ctx.cache;
     let mut topology = cache.topology_mut();
+    for name in topology.expire_provisional(PROVISIONAL_TTL) {
+        tracing::warn!(
+            quota = %name,
+            "an admitted ElasticQuota change was never seen in the cluster; undone"
+        );
+    }
     match ctx.operation() {
         Operation::Create => {
             let quota = ctx
@@ -33,7 +40,7 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
             let info =
                 check_create(&topology, quota, ctx.gates, cache).map_err(Rejection::invalid)?;
             if !dry_run {
-                topology.upsert(info);
+                topology.upsert_provisional(info);
             }
         }
         Operation::Update => {
@@ -46,7 +53,7 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
             let changed =
                 check_update(&topology, old, new, ctx.gates, cache).map_err(Rejection::invalid)?;
             if let Some(info) = changed.filter(|_| !dry_run) {
-                topology.upsert(info);
+                topology.upsert_provisional(info);
             }
         }
         Operation::Delete => {
@@ -56,7 +63,7 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
                 .unwrap_or_default();
             check_delete(&topology, &name, cache).map_err(Rejection::invalid)?;
             if !dry_run {
-                topology.remove(&name);
+                topology.remove_provisional(&name);
             }
         }
         Operation::Connect => {}
