@@ -1,0 +1,83 @@
+//! What the fuzz targets run. Each function must never panic, hang or grow without bound on any
+//! input: a panic or an abort is a finding, and becomes a regression test in the main crate.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use koord_webhook::admission::Admission;
+use koord_webhook::cache::load::load_state;
+use koord_webhook::features::FeatureGates;
+use koord_webhook::metrics::Metrics;
+use koord_webhook::resources::Qty;
+use koord_webhook::resources::strategic_merge::{self, POD_KEYS};
+use koord_webhook::slo_config::{self, CheckEnv, ConfigKey};
+
+/// One admission server's handlers over the test fixtures' quota tree and pods, every gate that
+/// adds a rule turned on.
+fn admission() -> &'static (Admission, tokio::runtime::Runtime) {
+    static ADMISSION: OnceLock<(Admission, tokio::runtime::Runtime)> = OnceLock::new();
+    ADMISSION.get_or_init(|| {
+        let state = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/state");
+        let cache = load_state(std::path::Path::new(state))
+            .expect("the fixture state loads")
+            .reader();
+        let gates: FeatureGates = "EnableQuotaAdmission=true,MultiQuotaTree=true"
+            .parse()
+            .expect("known gates");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        (Admission::new(cache, gates, Metrics::new()), runtime)
+    })
+}
+
+/// A body to `path`: either an HTTP error (Err) or a response that is an AdmissionReview.
+pub fn review(path: &str, body: &[u8]) {
+    let (admission, runtime) = admission();
+    let answer = runtime.block_on(admission.review(path, body, Some(Duration::from_secs(10))));
+    if let Ok(response) = answer {
+        let review: serde_json::Value =
+            serde_json::from_slice(&response).expect("every response is JSON");
+        assert_eq!(review["kind"], "AdmissionReview", "{review}");
+        assert!(review["response"]["allowed"].is_boolean(), "{review}");
+    }
+}
+
+pub fn slo_config(text: &[u8]) {
+    let Ok(text) = std::str::from_utf8(text) else {
+        return;
+    };
+    let env = CheckEnv {
+        config_map: "koordinator-system/slo-controller-config",
+        name_need_check: true,
+        system: None,
+    };
+    for key in ConfigKey::CHECK_ORDER {
+        let _ = slo_config::check_key(key, text, &env);
+    }
+}
+
+pub fn quantity(text: &[u8]) {
+    let Ok(text) = std::str::from_utf8(text) else {
+        return;
+    };
+    if let Ok(q) = text.parse::<Qty>() {
+        let printed = q.to_string();
+        let again: Qty = printed.parse().unwrap_or_else(|e| {
+            panic!("{text:?} printed as {printed:?}, which does not parse: {e}")
+        });
+        assert_eq!(again.milli(), q.milli(), "{text:?} -> {printed:?}");
+    }
+}
+
+pub fn strategic_merge(bytes: &[u8]) {
+    let split = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    let (Ok(original), Ok(patch)) = (
+        serde_json::from_slice::<serde_json::Value>(&bytes[..split]),
+        serde_json::from_slice::<serde_json::Value>(bytes.get(split + 1..).unwrap_or_default()),
+    ) else {
+        return;
+    };
+    let _ = strategic_merge::apply(&original, &patch, &POD_KEYS);
+}
