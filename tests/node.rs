@@ -19,19 +19,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
-use support::operator::eventually;
+use support::operator::{colocation_and_qos_rules_apply, eventually};
 use support::{fixture, pod};
 
 const MUTATING: &str = "koordinator-mutating-webhook-configuration";
 const VALIDATING: &str = "koordinator-validating-webhook-configuration";
 const LOAD_PER_SECOND: u32 = 20;
-
-fn dry_run() -> PostParams {
-    PostParams {
-        dry_run: true,
-        ..Default::default()
-    }
-}
 
 /// Every entry's caBundle in both configurations.
 async fn bundles(client: &kube::Client) -> Vec<Vec<u8>> {
@@ -190,53 +183,8 @@ async fn installed_from_the_manifests_on_a_real_node() {
         None,
     )
     .await;
-    let spark_pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
-    let spark = pod(
-        "spark",
-        "spark-0",
-        json!({"app": "spark"}),
-        json!({"cpu": "1", "memory": "1Gi"}),
-    );
-    // Both replicas must have the profile in their cache: ask several times.
-    let mutated = eventually(
-        Duration::from_secs(20),
-        "the profile to mutate a pod",
-        || async {
-            let p = spark_pods.create(&dry_run(), &spark).await.ok()?;
-            let labels = p.metadata.labels.clone().unwrap_or_default();
-            (labels.get("koordinator.sh/qosClass").map(String::as_str) == Some("BE")).then_some(p)
-        },
-    )
-    .await;
-    let spec = mutated.spec.unwrap();
-    assert_eq!(spec.priority, Some(5500));
-    assert_eq!(spec.scheduler_name.as_deref(), Some("koord-scheduler"));
-    let requests = spec.containers[0]
-        .resources
-        .as_ref()
-        .unwrap()
-        .requests
-        .clone()
-        .unwrap();
-    assert_eq!(requests["kubernetes.io/batch-cpu"].0, "1k");
-    assert!(!requests.contains_key("cpu"));
-    let be_prod = pod(
-        "default",
-        "be-prod",
-        json!({"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-prod"}),
-        json!({}),
-    );
-    let err = Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&dry_run(), &be_prod)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains(
-            "koordinator.sh/qosClass=BE and priorityClass=koord-prod cannot be used in combination"
-        ),
-        "{err}"
-    );
+    // Both replicas must have the profile in their cache: ask until one answers with it.
+    colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
 
     // --- Re-install after the operator has run: no conflict, the caBundle stays.
     let out = node.install().await;

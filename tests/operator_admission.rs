@@ -11,7 +11,7 @@ use koord_webhook::apis::ElasticQuota;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use support::control_plane::ControlPlane;
-use support::operator::{Cluster, Load, eventually};
+use support::operator::{Cluster, Load, colocation_and_qos_rules_apply, eventually};
 use support::pod;
 
 fn create_params(dry_run: bool) -> PostParams {
@@ -51,50 +51,7 @@ async fn admission_through_the_api_server_with_the_live_cache() {
         cp,
         &std::fs::read_to_string(support::fixture("colocation/spark.yaml")).unwrap(),
     );
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
-    let spark = pod(
-        "spark",
-        "spark-0",
-        json!({"app": "spark"}),
-        json!({"cpu": "1", "memory": "1Gi"}),
-    );
-    let created = eventually(Duration::from_secs(1), "the profile to apply", || async {
-        let p = pods.create(&create_params(true), &spark).await.ok()?;
-        let labels = p.metadata.labels.clone().unwrap_or_default();
-        (labels.get("koordinator.sh/qosClass").map(String::as_str) == Some("BE")).then_some(p)
-    })
-    .await;
-    let spec = created.spec.unwrap();
-    assert_eq!(spec.scheduler_name.as_deref(), Some("koord-scheduler"));
-    assert_eq!(spec.priority, Some(5500));
-    let requests = spec.containers[0]
-        .resources
-        .as_ref()
-        .unwrap()
-        .requests
-        .as_ref()
-        .unwrap();
-    assert_eq!(requests["kubernetes.io/batch-cpu"].0, "1k");
-    assert!(!requests.contains_key("cpu"));
-
-    // QoS BE with a koord-prod priority class is rejected with the spec's message.
-    let be_prod = pod(
-        "default",
-        "be-prod",
-        json!({"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-prod"}),
-        json!({}),
-    );
-    let err = Api::<Pod>::namespaced(client.clone(), "default")
-        .create(&create_params(true), &be_prod)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains(
-            "koordinator.sh/qosClass=BE and priorityClass=koord-prod cannot be used in combination"
-        ),
-        "{err}"
-    );
+    colocation_and_qos_rules_apply(&client, Duration::from_secs(1)).await;
 
     // An ElasticQuota tree: defaulted, validated, protected from deletion.
     cp.kubectl_ok(&["create", "namespace", "team-a"], None);

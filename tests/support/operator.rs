@@ -250,3 +250,58 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Through the API server, with `tests/fixtures/colocation/spark.yaml` applied: a matching pod
+/// becomes a BE batch pod (priority, scheduler, batch resources), and a BE pod with a koord-prod
+/// priority is denied with Koordinator's message. `within`: how long the profile may take to reach
+/// the cache of every replica that answers.
+pub async fn colocation_and_qos_rules_apply(client: &kube::Client, within: Duration) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
+    let spark = super::pod(
+        "spark",
+        "spark-0",
+        serde_json::json!({"app": "spark"}),
+        serde_json::json!({"cpu": "1", "memory": "1Gi"}),
+    );
+    let created = eventually(within, "the profile to apply", || async {
+        let p = pods.create(&dry_run, &spark).await.ok()?;
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        (labels.get("koordinator.sh/qosClass").map(String::as_str) == Some("BE")).then_some(p)
+    })
+    .await;
+    let spec = created.spec.unwrap();
+    assert_eq!(spec.scheduler_name.as_deref(), Some("koord-scheduler"));
+    assert_eq!(spec.priority, Some(5500));
+    let requests = spec.containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap();
+    assert_eq!(requests["kubernetes.io/batch-cpu"].0, "1k");
+    assert!(!requests.contains_key("cpu"));
+
+    // QoS BE with a koord-prod priority class is rejected with the spec's message.
+    let be_prod = super::pod(
+        "default",
+        "be-prod",
+        serde_json::json!({"koordinator.sh/qosClass": "BE", "koordinator.sh/priority-class": "koord-prod"}),
+        serde_json::json!({}),
+    );
+    let err = Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&dry_run, &be_prod)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "koordinator.sh/qosClass=BE and priorityClass=koord-prod cannot be used in combination"
+        ),
+        "{err}"
+    );
+}
