@@ -67,13 +67,7 @@ impl ControlPlane {
     /// kubectl that must succeed; returns its stdout.
     pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.kubectl(args, stdin);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        super::succeeded(args, &out)
     }
 }
 

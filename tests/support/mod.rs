@@ -66,6 +66,17 @@ pub fn start_cluster_script(
         .unwrap_or_else(|| panic!("no KUBECONFIG line in: {stdout}"))
 }
 
+/// The stdout of a kubectl run that must have succeeded (its output in the failure message).
+pub fn succeeded(args: &[&str], out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A loopback port nothing listens on (for a child process to bind).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -121,13 +121,7 @@ impl Node {
     /// kubectl that must succeed; returns its stdout.
     pub async fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.kubectl(args, stdin).await;
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        super::succeeded(args, &out)
     }
 
     /// Applies the repository's install file as the README says, unchanged.
