@@ -147,12 +147,13 @@ async fn read_body(
     shared: &Shared,
     declared: Option<usize>,
     deadline: tokio::time::Instant,
-) -> Result<(web::BytesMut, Vec<tokio::sync::OwnedSemaphorePermit>), Refusal> {
+) -> Result<(web::BytesMut, Option<tokio::sync::OwnedSemaphorePermit>), Refusal> {
     let limit = shared.limits.max_body_bytes;
     if declared.is_some_and(|n| n > limit) {
         return Err(Refusal::TooLarge);
     }
-    let mut held = Vec::new();
+    // One permit for all the body's bytes (merged chunk by chunk): no allocation per request.
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(64 * 1024));
     loop {
         let chunk = match tokio::time::timeout_at(deadline, payload.next()).await {
@@ -164,7 +165,11 @@ async fn read_body(
         if body.len() + chunk.len() > limit {
             return Err(Refusal::TooLarge);
         }
-        held.push(shared.body_budget.take(chunk.len()).ok_or(Refusal::Busy)?);
+        let permit = shared.body_budget.take(chunk.len()).ok_or(Refusal::Busy)?;
+        match held.as_mut() {
+            Some(all) => all.merge(permit),
+            None => held = Some(permit),
+        }
         body.extend_from_slice(&chunk);
     }
 }
