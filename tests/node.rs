@@ -20,6 +20,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
 use support::operator::{colocation_and_qos_rules_apply, eventually};
+use support::tls_client::{Proto, connect};
 use support::{fixture, pod};
 
 const MUTATING: &str = "koordinator-mutating-webhook-configuration";
@@ -126,6 +127,80 @@ async fn no_failed_admissions(load: SteadyLoad, phase: &str) -> usize {
     sent
 }
 
+/// The restarts of each replica's container and the reason its last run ended, by Pod name.
+fn restarts(pods: &[Pod]) -> BTreeMap<String, (i32, Option<String>)> {
+    pods.iter()
+        .map(|p| {
+            let status = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first());
+            let ended = status
+                .and_then(|c| c.last_state.as_ref())
+                .and_then(|s| s.terminated.as_ref())
+                .and_then(|t| t.reason.clone());
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                (status.map_or(0, |c| c.restart_count), ended),
+            )
+        })
+        .collect()
+}
+
+async fn upload_burst_leaves_the_replica_running(client: &kube::Client) {
+    let pods = replicas(client).await;
+    let target = &pods[0];
+    let ip = target.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let addr: std::net::SocketAddr = format!("{ip}:9443").parse().unwrap();
+    let body = {
+        let mut object = serde_json::to_value(pod("default", "big", json!({}), json!({}))).unwrap();
+        object["metadata"]["annotations"] = json!({"filler": "x".repeat(6 * 1024 * 1024)});
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "burst", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "default", "operation": "CREATE", "userInfo": {"username": "u"},
+                "object": object}
+        }))
+        .unwrap()
+    };
+    let mut uploads = tokio::task::JoinSet::new();
+    for _ in 0..15 {
+        let conn = connect(addr, Proto::Http2).await.unwrap();
+        for _ in 0..4 {
+            let mut stream = conn.h2_stream();
+            let body = body.clone();
+            uploads.spawn(async move {
+                stream
+                    .send("POST", "/validate-pod", body)
+                    .await
+                    .map(|(s, _)| s.as_u16())
+            });
+        }
+    }
+    let mut statuses = BTreeMap::<u16, usize>::new();
+    while let Some(done) = uploads.join_next().await {
+        let status = done.unwrap().expect("every upload gets an answer");
+        *statuses.entry(status).or_default() += 1;
+    }
+    eprintln!("60 uploads of 6 MiB to {ip}: answers by HTTP status {statuses:?}");
+    assert_eq!(statuses.values().sum::<usize>(), 60);
+    assert!(
+        statuses.keys().all(|s| [200, 503].contains(s)),
+        "answered 200 or a fast 503 only: {statuses:?}"
+    );
+    let mut health = connect(addr, Proto::Http2).await.unwrap();
+    assert_eq!(health.get("/healthz").await.0.as_u16(), 200);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = restarts(&replicas(client).await);
+    assert_eq!(
+        after.get(target.metadata.name.as_ref().unwrap()),
+        Some(&(0, None)),
+        "the replica was not restarted (OOM-killed or otherwise): {after:?}"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn installed_from_the_manifests_on_a_real_node() {
     let node = Node::start();
@@ -184,6 +259,12 @@ async fn installed_from_the_manifests_on_a_real_node() {
     )
     .await;
     // Both replicas must have the profile in their cache: ask until one answers with it.
+    colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
+
+    // --- 60 uploads of 6 MiB at once over HTTP/2, straight to one replica (a caller inside the
+    // cluster network): the replica holds at most --max-inflight-request-bytes, refuses the rest
+    // with 503, and is not OOM-killed (its limit is 256 Mi); it still answers afterwards.
+    upload_burst_leaves_the_replica_running(&client).await;
     colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
 
     // --- Re-install after the operator has run: no conflict, the caBundle stays.

@@ -703,3 +703,93 @@ async fn client_certificates_can_be_required() {
         .await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// An slo-controller ConfigMap whose overlap check is within the limit but not cheap (6 strategies of
+/// 200 virtual nodes, selectors of 153 expressions, none overlapping: 2.4 million label
+/// comparisons): allowed, after real work.
+fn costly_slo_config_review() -> Vec<u8> {
+    let strategies: Vec<Value> = (0..6)
+        .map(|s| {
+            let mut exprs: Vec<Value> = (0..150)
+                .map(|k| json!({"key": format!("k{k}"), "operator": "In", "values": ["a"]}))
+                .collect();
+            let values = |n: usize| (0..n).map(|v| format!("v{v}")).collect::<Vec<_>>();
+            exprs.push(json!({"key": "eight", "operator": "In", "values": values(8)}));
+            exprs.push(json!({"key": "many", "operator": "In", "values": values(25)}));
+            exprs.push(json!({"key": "id", "operator": "In", "values": [format!("s{s}")]}));
+            json!({"name": format!("s{s}"), "nodeSelector": {"matchExpressions": exprs}})
+        })
+        .collect();
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
+        "data": {"resource-threshold-config": json!({"nodeStrategies": strategies}).to_string()}});
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "costly",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "namespace": "koordinator-system", "name": "slo-controller-config",
+            "operation": "CREATE", "userInfo": {"username": "u"}, "object": object
+        }
+    }))
+    .unwrap()
+}
+
+/// The slo-controller ConfigMap's checks run on the blocking pool: with a single HTTP worker,
+/// `/healthz` is answered while a costly check is still running (it once waited for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_costly_check_does_not_stall_the_worker() {
+    let limits = koord_webhook::server::Limits {
+        workers: 1,
+        ..Default::default()
+    };
+    let server = TestServer::start_with(Cache::empty(), FeatureGates::default(), limits).await;
+    let started = std::time::Instant::now();
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+    let check = tokio::spawn(async move {
+        let (status, body) = conn
+            .post(webhooks::VALIDATE_CONFIGMAP, costly_slo_config_review())
+            .await;
+        (status, body, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut health = connect(server.addr, Proto::Http1).await.unwrap();
+    assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
+    let health_answered = started.elapsed();
+    let (status, body, check_answered) = check.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        response_of(&body)["allowed"],
+        true,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    eprintln!("costly check answered after {check_answered:?}, /healthz after {health_answered:?}");
+    assert!(
+        health_answered < check_answered,
+        "/healthz waited for the check ({health_answered:?} vs {check_answered:?})"
+    );
+
+    // Within the API server's ?timeout=: the answer (a 504 denial: the entry fails closed) comes
+    // when the chain's budget runs out, not when the check ends.
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+    let (status, body) = conn
+        .post(
+            &format!("{}?timeout=200ms", webhooks::VALIDATE_CONFIGMAP),
+            costly_slo_config_review(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let response = response_of(&body);
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 504, "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within"),
+        "{response}"
+    );
+    server.stop().await;
+}

@@ -11,6 +11,7 @@ pub mod elastic_quota;
 pub mod endpoint;
 pub mod json_write;
 pub mod node;
+pub mod offload;
 pub mod outcome;
 pub mod patch;
 pub mod pod;

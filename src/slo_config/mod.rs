@@ -170,9 +170,10 @@ pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parse
     let overlap = overlap::first_overlap(&profiles).map_err(|e| {
         ConfigError::ConfigParamInvalid(format!(
             "nodeStrategies of {config}: checking {} strategies for overlapping node selectors needs \
-             more than {} selector evaluations; use fewer strategies or fewer values per expression",
+             more than {} label comparisons; use fewer strategies, fewer expressions or fewer values \
+             per expression",
             e.strategies,
-            overlap::MAX_OVERLAP_EVALUATIONS
+            overlap::MAX_SELECTOR_STEPS
         ))
     })?;
     if let Some(strategies) = overlap {
@@ -182,6 +183,35 @@ pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parse
         });
     }
     Ok(parsed)
+}
+
+/// The first node (in name order) that several strategies of one of `checked` match, checked node by
+/// node; refused before any work when it would cost more than [`overlap::MAX_SELECTOR_STEPS`] for a
+/// key.
+pub fn cluster_conflict(
+    checked: &[(ConfigKey, Parsed)],
+    nodes: &[(String, Labels)],
+) -> Result<(), ConfigError> {
+    for (key, parsed) in checked {
+        overlap::within_budget(&parsed.profiles(), Some(nodes.len())).map_err(|e| {
+            ConfigError::ConfigParamInvalid(format!(
+                "nodeStrategies of {}: checking {} strategies against the cluster's {} nodes needs \
+                 more than {} label comparisons; use fewer strategies or smaller node selectors",
+                key.data_key(),
+                e.strategies,
+                nodes.len(),
+                overlap::MAX_SELECTOR_STEPS
+            ))
+        })?;
+    }
+    for (node, labels) in nodes {
+        for (key, parsed) in checked {
+            if let Some(conflict) = node_conflict(*key, parsed, node, labels) {
+                return Err(conflict);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The conflict a node's labels cause when several strategies of a key match it.

@@ -2,11 +2,15 @@
 //! overlap nor both match a node of the cluster. Only keys that are new or changed are checked, so an
 //! invalid value already stored does not block unrelated edits.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Step, Validator};
+use crate::admission::offload;
 use crate::admission::outcome::{PluginResult, Rejection};
+use crate::cache::Cache;
 use crate::slo_config::{self, CheckEnv, ConfigKey, Parsed};
 
 pub struct SloConfigCheck;
@@ -17,36 +21,66 @@ impl Validator<ConfigMap> for SloConfigCheck {
     }
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ConfigMap>) -> Step<'a> {
-        check(ctx).into()
+        match Input::of(ctx) {
+            // Parsing and the overlap checks cost up to the documented limits: off the async worker.
+            Some(input) => Step::Pending(Box::pin(offload::heavy(move || check(input)))),
+            None => Ok(()).into(),
+        }
     }
 }
 
-fn check(ctx: &Ctx<'_, ConfigMap>) -> PluginResult {
-    if matches!(ctx.operation(), Operation::Delete | Operation::Connect) {
-        return Ok(());
-    }
-    let Some(config_map) = ctx.object() else {
-        return Ok(());
-    };
-    let namespace = config_map
-        .metadata
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .unwrap_or(ctx.request.namespace.as_deref().unwrap_or_default());
-    let name = config_map
-        .metadata
-        .name
-        .as_deref()
-        .unwrap_or(&ctx.request.name);
-    if !ctx.settings.is_slo_config(namespace, name) {
-        return Ok(());
-    }
-    let empty = Default::default();
-    let data = config_map.data.as_ref().unwrap_or(&empty);
-    let old_data = ctx.old_object().and_then(|o| o.data.as_ref());
-    let creating = matches!(ctx.operation(), Operation::Create);
+/// What the check reads, owned so that it can run on the blocking pool.
+struct Input {
+    config_map_name: String,
+    data: BTreeMap<String, String>,
+    /// The stored data on UPDATE; `None` on CREATE (every key is checked).
+    old_data: Option<BTreeMap<String, String>>,
+    name_need_check: bool,
+    cache: Cache,
+}
 
+impl Input {
+    /// `None` when the request is not a CREATE or UPDATE of the slo-controller ConfigMap.
+    fn of(ctx: &Ctx<'_, ConfigMap>) -> Option<Self> {
+        if matches!(ctx.operation(), Operation::Delete | Operation::Connect) {
+            return None;
+        }
+        let config_map = ctx.object()?;
+        let namespace = config_map
+            .metadata
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(ctx.request.namespace.as_deref().unwrap_or_default());
+        let name = config_map
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or(&ctx.request.name);
+        if !ctx.settings.is_slo_config(namespace, name) {
+            return None;
+        }
+        let creating = matches!(ctx.operation(), Operation::Create);
+        Some(Self {
+            config_map_name: format!("{namespace}/{name}"),
+            data: config_map.data.clone().unwrap_or_default(),
+            old_data: if creating {
+                None
+            } else {
+                Some(
+                    ctx.old_object()
+                        .and_then(|o| o.data.clone())
+                        .unwrap_or_default(),
+                )
+            },
+            name_need_check: ctx.settings.node_strategy_name_need_check,
+            cache: ctx.cache.clone(),
+        })
+    }
+}
+
+fn check(input: Input) -> PluginResult {
+    let data = &input.data;
     // Network QoS totals come from the same ConfigMap's system-config, when it parses.
     let system = data.get(ConfigKey::System.data_key()).and_then(|t| {
         match Parsed::parse(ConfigKey::System, t) {
@@ -54,10 +88,9 @@ fn check(ctx: &Ctx<'_, ConfigMap>) -> PluginResult {
             _ => None,
         }
     });
-    let config_map_name = format!("{namespace}/{name}");
     let env = CheckEnv {
-        config_map: &config_map_name,
-        name_need_check: ctx.settings.node_strategy_name_need_check,
+        config_map: &input.config_map_name,
+        name_need_check: input.name_need_check,
         system: system.as_ref(),
     };
 
@@ -66,8 +99,11 @@ fn check(ctx: &Ctx<'_, ConfigMap>) -> PluginResult {
         let Some(text) = data.get(key.data_key()).filter(|t| !t.is_empty()) else {
             continue;
         };
-        let unchanged = old_data.and_then(|o| o.get(key.data_key())) == Some(text);
-        if !creating && unchanged {
+        let unchanged = input
+            .old_data
+            .as_ref()
+            .is_some_and(|o| o.get(key.data_key()) == Some(text));
+        if unchanged {
             continue;
         }
         let parsed = slo_config::check_key(key, text, &env)
@@ -76,13 +112,8 @@ fn check(ctx: &Ctx<'_, ConfigMap>) -> PluginResult {
     }
 
     if checked.iter().any(|(_, p)| p.profiles().len() > 1) {
-        for (node, labels) in ctx.cache.node_labels() {
-            for (key, parsed) in &checked {
-                if let Some(conflict) = slo_config::node_conflict(*key, parsed, &node, &labels) {
-                    return Err(Rejection::invalid(conflict.to_string()));
-                }
-            }
-        }
+        slo_config::cluster_conflict(&checked, &input.cache.node_labels())
+            .map_err(|e| Rejection::invalid(e.to_string()))?;
     }
     Ok(())
 }
