@@ -226,7 +226,9 @@ pub struct OperatorFlags {
     /// `self`: issue and rotate certificates; `external`: read `webhook-tls` as provided.
     #[arg(long, value_enum, default_value = "self")]
     pub cert_mode: CertMode,
-    /// Lease duration, renew interval and retry interval of leader election.
+    /// Leader election (client-go semantics): followers take the Lease once its record has not
+    /// changed for --lease-duration; the leader gives up when it could not renew for
+    /// --lease-renew-deadline (shorter); every replica tries every --lease-retry-period.
     #[arg(long, default_value = "15s", value_parser = parse_duration_arg)]
     pub lease_duration: Duration,
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]

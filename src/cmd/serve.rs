@@ -41,7 +41,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
         leader_elect: flags.leader_elect,
         lease: LeaseTimings {
             lease: flags.lease_duration,
-            renew: flags.lease_renew_deadline,
+            renew_deadline: flags.lease_renew_deadline,
             retry: flags.lease_retry_period,
         },
         cert_mode: flags.cert_mode,
@@ -83,6 +83,12 @@ async fn terminated() {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
+    if args.state.is_none() && args.operator.leader_elect {
+        operator_config(&args.operator, args.port, gates.clone())
+            .lease
+            .validate()
+            .map_err(anyhow::Error::msg)?;
+    }
     let resolver = Arc::new(CertResolver::new());
     let pair_files = load_serving_pair(&args, &resolver)?;
 

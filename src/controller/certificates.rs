@@ -23,6 +23,8 @@ pub enum IssueError {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Cert(#[from] CertError),
+    #[error(transparent)]
+    NotLeader(#[from] super::leader::NotLeader),
 }
 
 #[derive(Clone, Debug)]
@@ -40,6 +42,8 @@ pub struct Issuer {
     pub policy: CertPolicy,
     pub desired: Desired,
     pub recorder: Recorder,
+    /// Checked right before every write (fencing).
+    pub leadership: super::leader::Leadership,
 }
 
 /// What a pass leaves to do.
@@ -81,6 +85,7 @@ impl Issuer {
     async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), IssueError> {
         let name = secret.metadata.name.clone().unwrap_or_default();
         let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.leadership.check()?;
         if let Err(e) = self
             .secrets()
             .patch(&name, &params, &Patch::Apply(secret))
@@ -223,7 +228,13 @@ impl Issuer {
         record_not_after(metrics, &ca.ca, &tls.serving);
         metrics.ca_rotation_phase.set(ca.phase.number());
 
-        if webhook_configs::converge_all(&self.client, &self.desired, tls.bundle.as_bytes()).await?
+        if webhook_configs::converge_all(
+            &self.client,
+            &self.desired,
+            tls.bundle.as_bytes(),
+            &self.leadership,
+        )
+        .await?
         {
             metrics
                 .writes

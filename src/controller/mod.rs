@@ -29,7 +29,10 @@ use crate::install::{NAMESPACE, SERVICE_NAME};
 use crate::metrics::ConfigurationLabels;
 use crate::server::Shared;
 use certificates::{CertPolicy, Issuer, Next};
-use leader::LeaseTimings;
+use leader::{Leadership, LeaseTimings};
+
+/// The longest one certificate and webhook-configuration pass of the leader may take.
+const PASS_TIMEOUT: Duration = Duration::from_secs(30);
 use webhook_configs::Desired;
 
 /// Who issues the serving certificate.
@@ -86,7 +89,12 @@ pub async fn run(
 ) {
     let metrics = shared.admission.metrics();
     let kick = Arc::new(Notify::new());
-    let (leader_tx, leader_rx) = watch::channel(!config.leader_elect);
+    let (leadership, election) = if config.leader_elect {
+        let (leadership, start) = leader::election(config.lease);
+        (leadership, Some(start()))
+    } else {
+        (Leadership::always(), None)
+    };
     let cache = writer.reader();
 
     let cache_task =
@@ -117,16 +125,13 @@ pub async fn run(
     let election = {
         let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
         let identity = config.identity.clone();
-        let stop = stop.clone();
-        let leader_elect = config.leader_elect;
-        let timings = config.lease;
+        let mut stop = stop.clone();
         async move {
-            if leader_elect {
-                leader::run(api, identity, timings, leader_tx, stop).await;
-            } else {
-                let _keep = leader_tx;
-                let mut stop = stop;
-                let _ = stop.changed().await;
+            match election {
+                Some(election) => election.run(api, identity, stop).await,
+                None => {
+                    let _ = stop.changed().await;
+                }
             }
         }
     };
@@ -137,13 +142,7 @@ pub async fn run(
         election,
         watch_serving_pair(client.clone(), shared.clone(), kick.clone()),
         watch_configurations(client.clone(), kick.clone()),
-        issue_as_leader(
-            client.clone(),
-            &config,
-            leader_rx.clone(),
-            kick.clone(),
-            metrics
-        ),
+        issue_as_leader(client.clone(), &config, leadership, kick.clone(), metrics),
         check_readiness(client.clone(), &config, shared.clone(), kick.clone()),
     );
 }
@@ -212,7 +211,7 @@ async fn watch_configurations(client: Client, kick: Arc<Notify>) {
 async fn issue_as_leader(
     client: Client,
     config: &OperatorConfig,
-    mut leader: watch::Receiver<bool>,
+    mut leadership: Leadership,
     kick: Arc<Notify>,
     metrics: &crate::metrics::Metrics,
 ) {
@@ -225,6 +224,7 @@ async fn issue_as_leader(
         policy: config.policy.clone(),
         desired: config.desired.clone(),
         recorder: Recorder::new(client, reporter),
+        leadership: leadership.clone(),
     };
     let mut wait = Duration::ZERO;
     loop {
@@ -232,19 +232,24 @@ async fn issue_as_leader(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = kicked => {}
-            _ = leader.changed() => {}
+            _ = leadership.changed() => {}
         }
-        let is_leader = *leader.borrow();
+        let is_leader = leadership.is_leader();
         metrics.leader.set(i64::from(is_leader));
         if !is_leader || config.cert_mode == CertMode::External {
             wait = issuer.tick();
             continue;
         }
-        wait = match issuer.reconcile(metrics).await {
-            Ok(Next::Idle) => issuer.tick(),
-            Ok(Next::After(d)) => d.min(issuer.tick()),
-            Err(e) => {
+        // A hung API call must not keep a pass (and its stale view of leadership) alive.
+        wait = match tokio::time::timeout(PASS_TIMEOUT, issuer.reconcile(metrics)).await {
+            Ok(Ok(Next::Idle)) => issuer.tick(),
+            Ok(Ok(Next::After(d))) => d.min(issuer.tick()),
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "certificate pass failed; retrying");
+                Duration::from_secs(1)
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?PASS_TIMEOUT, "certificate pass timed out; retrying");
                 Duration::from_secs(1)
             }
         };

@@ -17,6 +17,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
+use super::certificates::IssueError;
+use super::leader::Leadership;
 use crate::features::FeatureGates;
 use crate::install::webhook_configurations::{self, MUTATING_NAME, VALIDATING_NAME};
 use crate::install::{ClientConfigMode, WebhookTarget};
@@ -141,7 +143,8 @@ async fn converge<C: Configuration>(
     client: &Client,
     desired: &Desired,
     bundle: &[u8],
-) -> kube::Result<bool> {
+    fence: &Leadership,
+) -> Result<bool, IssueError> {
     let api: Api<C> = Api::all(client.clone());
     let want = C::desired(&desired.gates, &desired.target, bundle);
     let Some(current) = api.get_opt(C::NAME).await? else {
@@ -151,11 +154,12 @@ async fn converge<C: Configuration>(
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..Default::default()
         };
+        fence.check()?;
         return match api.create(&params, &want).await {
             Ok(_) => Ok(true),
             // Created meanwhile by someone else: the next pass patches it.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
     };
     let ops = plan(
@@ -173,15 +177,22 @@ async fn converge<C: Configuration>(
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..Default::default()
     };
+    fence.check()?;
     api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
         .await?;
     Ok(true)
 }
 
 /// Brings both configurations to the desired state with `bundle`; `Ok(true)` when something was written.
-pub async fn converge_all(client: &Client, desired: &Desired, bundle: &[u8]) -> kube::Result<bool> {
-    let mutating = converge::<MutatingWebhookConfiguration>(client, desired, bundle).await?;
-    let validating = converge::<ValidatingWebhookConfiguration>(client, desired, bundle).await?;
+pub async fn converge_all(
+    client: &Client,
+    desired: &Desired,
+    bundle: &[u8],
+    fence: &Leadership,
+) -> Result<bool, IssueError> {
+    let mutating = converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence).await?;
+    let validating =
+        converge::<ValidatingWebhookConfiguration>(client, desired, bundle, fence).await?;
     Ok(mutating || validating)
 }
 
