@@ -201,6 +201,84 @@ async fn upload_burst_leaves_the_replica_running(client: &kube::Client) {
     );
 }
 
+async fn concurrent_sibling_quotas_obey_the_tree_rules(node: &Node, client: &kube::Client) {
+    use koord_webhook::apis::ElasticQuota;
+    node.kubectl_ok(&["create", "namespace", "quota-race"], None)
+        .await;
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "quota-race");
+    let quota = |name: &str, labels: Value, min: &str| -> ElasticQuota {
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": name, "namespace": "quota-race", "labels": labels},
+            "spec": {"min": {"cpu": min, "memory": "1Gi"}, "max": {"cpu": "20", "memory": "20Gi"}}
+        }))
+        .unwrap()
+    };
+    quotas
+        .create(
+            &PostParams::default(),
+            &quota(
+                "race-parent",
+                json!({"quota.scheduling.koordinator.sh/is-parent": "true"}),
+                "10",
+            ),
+        )
+        .await
+        .expect("the parent quota is created");
+    let creates = (0..200).map(|i| {
+        let quotas = quotas.clone();
+        let child = quota(
+            &format!("race-child-{i}"),
+            json!({"quota.scheduling.koordinator.sh/parent": "race-parent"}),
+            "1",
+        );
+        async move { quotas.create(&PostParams::default(), &child).await }
+    });
+    let started = std::time::Instant::now();
+    let results = futures::future::join_all(creates).await;
+    let took = started.elapsed();
+    let mut refusals = BTreeMap::<String, usize>::new();
+    for result in &results {
+        if let Err(e) = result {
+            let reason = match e {
+                kube::Error::Api(s) if s.message.contains("checkMinQuotaSum") => "min sum",
+                kube::Error::Api(s) if s.code == 429 || s.message.contains("retry") => "retry",
+                _ => "other",
+            };
+            *refusals.entry(reason.to_owned()).or_default() += 1;
+        }
+    }
+    let children: Vec<ElasticQuota> = quotas
+        .list(&ListParams::default().labels("quota.scheduling.koordinator.sh/parent=race-parent"))
+        .await
+        .unwrap()
+        .items;
+    eprintln!(
+        "200 concurrent sibling ElasticQuota creates in {took:?}: {} accepted, refused {refusals:?}",
+        children.len()
+    );
+    assert_eq!(
+        children.len() + refusals.values().sum::<usize>(),
+        200,
+        "every create is either stored or refused"
+    );
+    assert!(
+        (1..=10).contains(&children.len()),
+        "the children's min (1 cpu each) must not exceed the parent's 10 cpu: {} accepted",
+        children.len()
+    );
+    assert_eq!(
+        refusals.get("other"),
+        None,
+        "every refusal is the min-sum rule or a retryable denial: {:?}",
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn installed_from_the_manifests_on_a_real_node() {
     let node = Node::start();
@@ -266,6 +344,13 @@ async fn installed_from_the_manifests_on_a_real_node() {
     // with 503, and is not OOM-killed (its limit is 256 Mi); it still answers afterwards.
     upload_burst_leaves_the_replica_running(&client).await;
     colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
+
+    // --- 200 concurrent sibling ElasticQuota creates whose min would sum to 20 times the parent's,
+    // spread by the Service over both replicas, under the steady pod load: the accepted set obeys
+    // the min-sum rule, every refusal says why, no pod admission fails.
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
+    concurrent_sibling_quotas_obey_the_tree_rules(&node, &client).await;
+    no_failed_admissions(load, "200 concurrent ElasticQuota creates").await;
 
     // --- Re-install after the operator has run: no conflict, the caBundle stays.
     let out = node.install().await;

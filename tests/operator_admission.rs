@@ -226,6 +226,26 @@ spec: {max: {cpu: "10", memory: 100Gi}}
     );
 
     // The API server restarted: watches resume, admission keeps working without a process restart.
+    // Readiness keeps the last bundle it read: the restart makes no replica unready.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let (addr, watching) = (operator.addr, watching.clone());
+        tokio::spawn(async move {
+            let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+            while watching.load(std::sync::atomic::Ordering::SeqCst) {
+                let status =
+                    match support::tls_client::connect(addr, support::tls_client::Proto::Http1)
+                        .await
+                    {
+                        Ok(mut conn) => conn.get("/readyz").await.0.as_u16(),
+                        Err(_) => 0,
+                    };
+                *answers.entry(status).or_default() += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answers
+        })
+    };
     cp.restart_apiserver();
     apply(
         cp,
@@ -256,6 +276,14 @@ spec:
         },
     )
     .await;
+    watching.store(false, std::sync::atomic::Ordering::SeqCst);
+    let answers = poller.await.unwrap();
+    eprintln!("/readyz across the API server restart: {answers:?}");
+    assert_eq!(
+        answers.keys().copied().collect::<Vec<_>>(),
+        vec![200],
+        "ready throughout the restart: {answers:?}"
+    );
     quotas
         .delete("child-a1", &DeleteParams::default())
         .await

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
+use crate::admission::elastic_quota::ledger::Ledger;
 use crate::admission::elastic_quota::quota_store::QuotaStore;
 use crate::admission::{Admission, Services};
 use crate::cache::{CacheWriter, load::load_state};
@@ -15,6 +16,7 @@ use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
 use crate::controller::certificates::CertPolicy;
 use crate::controller::leader::LeaseTimings;
+use crate::controller::quota_ledger::KubeLedgerStore;
 use crate::controller::quota_store::KubeQuotaStore;
 use crate::controller::webhook_configs::Desired;
 use crate::controller::{self, OperatorConfig, serving_hosts};
@@ -84,7 +86,7 @@ async fn terminated() {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
     if args.state.is_none() && args.operator.leader_elect {
-        operator_config(&args.operator, args.port, gates.clone())
+        operator_config(&args.operator, args.port, gates)
             .lease
             .validate()
             .map_err(anyhow::Error::msg)?;
@@ -114,6 +116,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(KubeQuotaStore {
                 client: client.clone(),
             }) as Arc<dyn QuotaStore>
+        }),
+        quota_ledger: operator.as_ref().map(|(client, _)| {
+            Arc::new(Ledger::new(Arc::new(KubeLedgerStore {
+                client: client.clone(),
+            })))
         }),
         dice: None,
     };

@@ -250,7 +250,9 @@ impl Issuer {
             Phase::Stable => Ok(Next::Idle),
             Phase::Publishing => {
                 let published = webhook_configs::published_bundle(&self.client).await;
-                if published.as_deref() == Ok(tls.bundle.as_bytes()) {
+                let in_place =
+                    matches!(&published, Ok(Ok(b)) if b.as_slice() == tls.bundle.as_bytes());
+                if in_place {
                     ca.phase = Phase::Draining;
                     ca.since = Some(jiff::Timestamp::now());
                     self.apply(&secrets::ca_secret(&ca), metrics).await?;

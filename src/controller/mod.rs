@@ -4,6 +4,7 @@
 
 pub mod certificates;
 pub mod leader;
+pub mod quota_ledger;
 pub mod quota_store;
 pub mod secrets;
 pub mod webhook_configs;
@@ -258,6 +259,9 @@ async fn issue_as_leader(
 
 /// Readiness on every replica: the pair it serves verifies against the caBundle published in both
 /// configurations, for the host the API server calls.
+///
+/// The last bundle read is kept: a failed read (an API-server blip) changes nothing, so it cannot
+/// make every replica unready at once; only a bundle read and found not to match does.
 async fn check_readiness(
     client: Client,
     config: &OperatorConfig,
@@ -265,16 +269,22 @@ async fn check_readiness(
     kick: Arc<Notify>,
 ) {
     let metrics = shared.admission.metrics();
+    let mut last_published: Option<Result<Vec<u8>, String>> = None;
     loop {
         let kicked = kick.notified();
-        let verdict = match (
-            shared.resolver.current(),
-            webhook_configs::published_bundle(&client).await,
-        ) {
+        match webhook_configs::published_bundle(&client).await {
+            Ok(published) => last_published = Some(published),
+            Err(e) => tracing::debug!(
+                error = %e,
+                "could not read the webhook configurations; readiness keeps the last bundle read"
+            ),
+        }
+        let verdict = match (shared.resolver.current(), &last_published) {
             (None, _) => Err("no serving certificate loaded yet".to_owned()),
-            (_, Err(e)) => Err(e),
-            (Some(pair), Ok(bundle)) => {
-                authority::verify_serving(&pair.cert_pem, &bundle, &config.verify_host)
+            (_, None) => Err("the webhook configurations have not been read yet".to_owned()),
+            (_, Some(Err(e))) => Err(e.clone()),
+            (Some(pair), Some(Ok(bundle))) => {
+                authority::verify_serving(&pair.cert_pem, bundle, &config.verify_host)
             }
         };
         for configuration in [MUTATING_NAME, VALIDATING_NAME] {

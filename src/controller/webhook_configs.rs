@@ -13,7 +13,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
@@ -150,17 +150,15 @@ async fn converge<C: Configuration>(
     let Some(current) = api.get_opt(C::NAME).await? else {
         // Not installed (URL-mode development) or deleted by hand: create it whole. Uninstall stops
         // the replicas before it deletes the configurations, so this does not undo an uninstall.
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..Default::default()
-        };
+        // Server-side apply rather than a create: RBAC limits an apply's create by name.
         fence.check()?;
-        return match api.create(&params, &want).await {
-            Ok(_) => Ok(true),
-            // Created meanwhile by someone else: the next pass patches it.
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e.into()),
-        };
+        api.patch(
+            C::NAME,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&want),
+        )
+        .await?;
+        return Ok(true);
     };
     let ops = plan(
         &current.entries(),
@@ -240,23 +238,28 @@ pub async fn published_entries(
     ])
 }
 
-/// The bundle the API server uses for every entry of both configurations, if they all agree.
-pub async fn published_bundle(client: &Client) -> Result<Vec<u8>, String> {
+/// The bundle the API server uses for every entry of both configurations: `Ok(Err(why))` when they
+/// do not all carry the same non-empty one; `Err` when they could not be read.
+pub async fn published_bundle(client: &Client) -> kube::Result<Result<Vec<u8>, String>> {
     let mut all = Vec::new();
-    for (name, entries) in published_entries(client).await.map_err(|e| e.to_string())? {
+    for (name, entries) in published_entries(client).await? {
         match entries {
-            None => return Err(format!("{name} does not exist")),
+            None => return Ok(Err(format!("{name} does not exist"))),
             Some(entries) => all.extend(entries.into_iter().map(|e| e.ca_bundle)),
         }
     }
     let first = all.first().cloned().unwrap_or_default();
     if first.is_empty() {
-        return Err("the caBundle of the webhook entries is empty".to_owned());
+        return Ok(Err(
+            "the caBundle of the webhook entries is empty".to_owned()
+        ));
     }
     if all.iter().any(|b| *b != first) {
-        return Err("the webhook entries carry different caBundles".to_owned());
+        return Ok(Err(
+            "the webhook entries carry different caBundles".to_owned()
+        ));
     }
-    Ok(first)
+    Ok(Ok(first))
 }
 
 #[cfg(test)]

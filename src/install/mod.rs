@@ -37,7 +37,7 @@ pub struct InstallOptions {
     pub target: WebhookTarget,
 }
 
-fn app_labels() -> std::collections::BTreeMap<String, String> {
+pub fn app_labels() -> std::collections::BTreeMap<String, String> {
     [
         (SELECTOR_LABEL.to_owned(), APP_NAME.to_owned()),
         (

@@ -12,6 +12,8 @@ use super::{APP_NAME, NAMESPACE, app_labels};
 pub const SECRET_TLS: &str = "webhook-tls";
 pub const SECRET_CA: &str = "webhook-ca";
 pub const LEASE_NAME: &str = "koord-webhook";
+/// The ConfigMap through which replicas admit ElasticQuota changes one at a time.
+pub const QUOTA_LEDGER: &str = "koord-webhook-quota-ledger";
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     ObjectMeta {
@@ -70,23 +72,15 @@ pub fn cluster_role() -> ClusterRole {
             ),
             rule(&[""], &["namespaces", "nodes", "pods"], READ, &[]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], READ, &[]),
-            // Its own webhook configurations: create when missing, keep only those two up to date.
+            // Its own two webhook configurations only: watched by name, created when missing by
+            // server-side apply (authorised with the name), their caBundles kept up to date.
             rule(
                 &["admissionregistration.k8s.io"],
                 &[
                     "mutatingwebhookconfigurations",
                     "validatingwebhookconfigurations",
                 ],
-                &["get", "list", "watch", "create"],
-                &[],
-            ),
-            rule(
-                &["admissionregistration.k8s.io"],
-                &[
-                    "mutatingwebhookconfigurations",
-                    "validatingwebhookconfigurations",
-                ],
-                &["update", "patch"],
+                &["get", "list", "watch", "create", "update", "patch"],
                 &[MUTATING_NAME, VALIDATING_NAME],
             ),
         ]),
@@ -119,16 +113,36 @@ pub fn role() -> Role {
     Role {
         metadata: meta(APP_NAME, Some(NAMESPACE)),
         rules: Some(vec![
-            // Create cannot be limited by name; everything else on Secrets is.
-            rule(&[""], &["secrets"], &["create"], &[]),
+            // Its two Secrets only. Secrets are written by server-side apply, whose create is
+            // authorised with the object's name, so create is limited by name too.
             rule(
                 &[""],
                 &["secrets"],
-                &["get", "list", "watch", "update", "patch"],
+                &["get", "list", "watch", "create", "update", "patch"],
                 &[SECRET_TLS, SECRET_CA],
             ),
-            // The SLO and enhanced-validator ConfigMaps live here.
-            rule(&[""], &["configmaps"], READ, &[]),
+            // The SLO and enhanced-validator ConfigMaps live here (list and watch cannot be limited
+            // by name; get of the two is what the cache reads).
+            rule(&[""], &["configmaps"], &["list", "watch"], &[]),
+            rule(
+                &[""],
+                &["configmaps"],
+                &["get"],
+                &[
+                    crate::admission::settings::DEFAULT_SLO_CONFIG_NAME,
+                    crate::admission::settings::DEFAULT_ENHANCED_VALIDATOR_CONFIG,
+                    QUOTA_LEDGER,
+                ],
+            ),
+            // The ElasticQuota ledger, created by server-side apply.
+            rule(
+                &[""],
+                &["configmaps"],
+                &["create", "update", "patch"],
+                &[QUOTA_LEDGER],
+            ),
+            // The Lease: created by the first replica (a plain create, which RBAC cannot limit by
+            // name), then renewed by name.
             rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
             rule(
                 &["coordination.k8s.io"],

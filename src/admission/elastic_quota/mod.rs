@@ -4,6 +4,7 @@
 pub mod debug;
 mod defaults;
 pub mod evaluation;
+pub mod ledger;
 pub mod pod_evaluation;
 pub mod pod_quota;
 pub mod pod_topology_check;

@@ -1,14 +1,20 @@
-//! The ElasticQuota validating plugin: runs the tree rules under the topology's write lock and, when
-//! they pass, applies the change to the topology at once, so two racing admissions cannot both
-//! squeeze into the same parent. Dry runs change nothing.
+//! The ElasticQuota validating plugin: the tree rules, run so that no two admissions can both squeeze
+//! into the same parent.
+//!
+//! In cluster mode the [`Ledger`](super::ledger) serialises changes across replicas: each is checked
+//! against a cache that holds every change admitted before it. Without one (`serve --state`,
+//! `review`), the rules run under the topology's write lock and an accepted change is applied to the
+//! topology at once, provisionally until the cache confirms it. Dry runs change nothing.
 
-use crate::cache::quota_topology::PROVISIONAL_TTL;
 use kube::core::admission::Operation;
 
+use super::ledger::change_of;
 use super::tree_checks::{check_create, check_delete, check_update};
 use crate::admission::chain::{Ctx, Step, Validator};
-use crate::admission::outcome::{PluginResult, Rejection};
+use crate::admission::outcome::Rejection;
 use crate::apis::ElasticQuota;
+use crate::cache::Cache;
+use crate::cache::quota_topology::{PROVISIONAL_TTL, QuotaInfo};
 
 pub struct QuotaTreeRules;
 
@@ -18,12 +24,38 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
     }
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
-        validate(ctx).into()
+        let dry_run = ctx.request.dry_run;
+        let change = change_of(
+            &ctx.request.uid,
+            ctx.operation(),
+            ctx.object(),
+            ctx.old_object(),
+        );
+        match (ctx.services.quota_ledger.as_ref(), change) {
+            (Some(ledger), Some(change)) if !dry_run => Step::Pending(Box::pin(async move {
+                // The cache shows the change once the watch delivers it; nothing to apply here.
+                ledger.admit(change, ctx.cache, || check(ctx)).await?;
+                Ok(())
+            })),
+            _ => check(ctx)
+                .map(|accepted| {
+                    if !dry_run {
+                        apply_provisionally(ctx.cache, accepted);
+                    }
+                })
+                .into(),
+        }
     }
 }
 
-fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
-    let dry_run = ctx.request.dry_run;
+/// What an accepted change does to the tree.
+enum Accepted {
+    Upsert(QuotaInfo),
+    Remove(String),
+    Nothing,
+}
+
+fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
     let cache = ctx.cache;
     let mut topology = cache.topology_mut();
     for name in topology.expire_provisional(PROVISIONAL_TTL) {
@@ -32,16 +64,14 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
             "an admitted ElasticQuota change was never seen in the cluster; undone"
         );
     }
-    match ctx.operation() {
+    Ok(match ctx.operation() {
         Operation::Create => {
             let quota = ctx
                 .object()
                 .ok_or_else(|| Rejection::invalid("there is no content to decode"))?;
-            let info =
-                check_create(&topology, quota, ctx.gates, cache).map_err(Rejection::invalid)?;
-            if !dry_run {
-                topology.upsert_provisional(info);
-            }
+            Accepted::Upsert(
+                check_create(&topology, quota, ctx.gates, cache).map_err(Rejection::invalid)?,
+            )
         }
         Operation::Update => {
             let new = ctx
@@ -50,10 +80,9 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
             let old = ctx.old_object().ok_or_else(|| {
                 Rejection::invalid("failed to get quota from old object, err: no old object")
             })?;
-            let changed =
-                check_update(&topology, old, new, ctx.gates, cache).map_err(Rejection::invalid)?;
-            if let Some(info) = changed.filter(|_| !dry_run) {
-                topology.upsert_provisional(info);
+            match check_update(&topology, old, new, ctx.gates, cache).map_err(Rejection::invalid)? {
+                Some(info) => Accepted::Upsert(info),
+                None => Accepted::Nothing,
             }
         }
         Operation::Delete => {
@@ -62,11 +91,19 @@ fn validate(ctx: &Ctx<'_, ElasticQuota>) -> PluginResult {
                 .and_then(|q| q.metadata.name.clone())
                 .unwrap_or_default();
             check_delete(&topology, &name, cache).map_err(Rejection::invalid)?;
-            if !dry_run {
-                topology.remove_provisional(&name);
-            }
+            Accepted::Remove(name)
         }
-        Operation::Connect => {}
+        Operation::Connect => Accepted::Nothing,
+    })
+}
+
+/// Without a ledger: the change enters the topology at once, so a racing admission on this replica
+/// sees it, and leaves it if the cache never confirms it.
+fn apply_provisionally(cache: &Cache, accepted: Accepted) {
+    let mut topology = cache.topology_mut();
+    match accepted {
+        Accepted::Upsert(info) => topology.upsert_provisional(info),
+        Accepted::Remove(name) => topology.remove_provisional(&name),
+        Accepted::Nothing => {}
     }
-    Ok(())
 }
