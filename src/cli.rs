@@ -223,6 +223,10 @@ pub struct OperatorFlags {
     /// How long the old CA stays trusted after serving moved to the new one.
     #[arg(long, default_value = "2m", value_parser = parse_duration_arg)]
     pub ca_rotation_grace: Duration,
+    /// How long the bundle with both CAs stays published before serving moves to the new CA
+    /// (API servers take a moment to load a changed webhook configuration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+    pub ca_publish_settle: Duration,
     /// `self`: issue and rotate certificates; `external`: read `webhook-tls` as provided.
     #[arg(long, value_enum, default_value = "self")]
     pub cert_mode: CertMode,

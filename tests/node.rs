@@ -210,7 +210,8 @@ async fn concurrent_sibling_quotas_obey_the_tree_rules(node: &Node, client: &kub
         serde_json::from_value(json!({
             "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
             "metadata": {"name": name, "namespace": "quota-race", "labels": labels},
-            "spec": {"min": {"cpu": min, "memory": "1Gi"}, "max": {"cpu": "20", "memory": "20Gi"}}
+            "spec": {"min": {"cpu": min, "memory": format!("{min}Gi")},
+                     "max": {"cpu": "20", "memory": "20Gi"}}
         }))
         .unwrap()
     };
@@ -276,6 +277,116 @@ async fn concurrent_sibling_quotas_obey_the_tree_rules(node: &Node, client: &kub
             .filter_map(|r| r.as_ref().err())
             .take(3)
             .collect::<Vec<_>>()
+    );
+}
+
+/// The host PID of the koord-webhook process of Pod `pod` (containers share the host's /proc).
+fn replica_pid(pod: &str) -> u32 {
+    let wanted = format!("POD_NAME={pod}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            comm.trim() == "koord-webhook"
+                && environ
+                    .split(|b| *b == 0)
+                    .any(|var| var == wanted.as_bytes())
+        })
+        .unwrap_or_else(|| panic!("no koord-webhook process with {wanted}"))
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// Writes the audit log holds to Secrets, Leases and webhook configurations, as (time received,
+/// source IP, verb, resource/name).
+fn leader_only_writes(node: &Node) -> Vec<(jiff::Timestamp, String, String, String)> {
+    let text = std::fs::read_to_string(node.dir().join("logs/audit.log")).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| {
+            let resource = e["objectRef"]["resource"].as_str().unwrap_or_default();
+            [
+                "secrets",
+                "leases",
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations",
+            ]
+            .contains(&resource)
+        })
+        .filter_map(|e| {
+            Some((
+                e["requestReceivedTimestamp"].as_str()?.parse().ok()?,
+                e["sourceIPs"][0].as_str()?.to_owned(),
+                e["verb"].as_str()?.to_owned(),
+                format!(
+                    "{}/{}",
+                    e["objectRef"]["resource"].as_str()?,
+                    e["objectRef"]["name"].as_str().unwrap_or_default()
+                ),
+            ))
+        })
+        .collect()
+}
+
+async fn frozen_leader_writes_nothing_after_resuming(node: &Node, client: &kube::Client) {
+    let old_leader = leader(client).await.expect("a leader");
+    let pods = replicas(client).await;
+    let ip_of = |name: &str| {
+        pods.iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+            .unwrap_or_else(|| panic!("no IP for {name}"))
+    };
+    let old_ip = ip_of(&old_leader);
+    let pid = replica_pid(&old_leader);
+    let stopped_at = jiff::Timestamp::now();
+    signal(pid, "-STOP");
+    let started = std::time::Instant::now();
+    let new_leader = eventually(
+        Duration::from_secs(40),
+        "another replica to take the Lease from the frozen leader",
+        || async { leader(client).await.filter(|l| *l != old_leader) },
+    )
+    .await;
+    let took_over = started.elapsed();
+    // Frozen for 20 s in all: longer than the 15 s Lease, shorter than the liveness probe's 30 s.
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(started.elapsed())).await;
+    signal(pid, "-CONT");
+    // A few retry periods for the resumed replica to run its loops.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(leader(client).await.as_deref(), Some(new_leader.as_str()));
+    let writes = leader_only_writes(node);
+    let after: Vec<_> = writes
+        .iter()
+        .filter(|(at, ip, _, _)| *at > stopped_at && *ip == old_ip)
+        .collect();
+    let new_ip = ip_of(&new_leader);
+    let by_new = writes
+        .iter()
+        .filter(|(at, ip, _, _)| *at > stopped_at && *ip == new_ip)
+        .count();
+    eprintln!(
+        "leader {old_leader} frozen; {new_leader} took the Lease after {took_over:?}; writes since \
+         by the frozen one: {after:?}, by the new leader: {by_new}"
+    );
+    assert!(
+        after.is_empty(),
+        "the frozen leader wrote after it lost the Lease: {after:?}"
+    );
+    assert!(by_new > 0, "the audit log shows the new leader's renewals");
+    let restarts = restarts(&replicas(client).await);
+    assert_eq!(
+        restarts.get(&old_leader).map(|r| r.0),
+        Some(0),
+        "the frozen replica was resumed, not restarted: {restarts:?}"
     );
 }
 
@@ -351,6 +462,10 @@ async fn installed_from_the_manifests_on_a_real_node() {
     let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
     concurrent_sibling_quotas_obey_the_tree_rules(&node, &client).await;
     no_failed_admissions(load, "200 concurrent ElasticQuota creates").await;
+
+    // --- The leader frozen (SIGSTOP) for longer than its Lease, then resumed: another replica
+    // leads, and the frozen one writes nothing once it resumes (fencing), as the audit log shows.
+    frozen_leader_writes_nothing_after_resuming(&node, &client).await;
 
     // --- Re-install after the operator has run: no conflict, the caBundle stays.
     let out = node.install().await;

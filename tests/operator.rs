@@ -355,6 +355,8 @@ async fn staged_ca_rotation_drops_nothing_and_resumes_after_a_restart() {
         "0.5",
         "--ca-rotation-grace",
         "3s",
+        "--ca-publish-settle",
+        "2s",
     ];
     let operator = cluster.operator("rotating", &args);
     operator.wait_ready(Duration::from_secs(60)).await;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use rcgen::{BasicConstraints, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{BasicConstraints, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
 
 use super::{BACKDATE, CertError, PemPair, base_params, serving_params};
@@ -22,7 +22,8 @@ pub enum PemError {
 pub fn issue_ca(validity: Duration) -> Result<PemPair, CertError> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let mut params = base_params("koord-webhook-ca", validity)?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // pathLen 0: the CA signs serving certificates only, never another CA.
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let cert = params.self_signed(&key)?;
     Ok(PemPair {
@@ -40,13 +41,37 @@ pub fn issue_serving(
     let ca_key = KeyPair::from_pem(&ca.key_pem)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = serving_params("koord-webhook", hosts, validity)?;
+    // Never valid beyond the CA that signs it.
+    let ca_left = self::validity(ca.cert_pem.as_bytes())
+        .map_err(|e| CertError::Ca(e.to_string()))?
+        .1
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    let mut params = serving_params("koord-webhook", hosts, validity.min(ca_left))?;
     params.use_authority_key_identifier_extension = true;
     let cert = params.signed_by(&key, &issuer)?;
     Ok(PemPair {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
     })
+}
+
+/// Whether `key_pem` is the private key of the (first) certificate in `cert_pem`: a Secret whose key
+/// was replaced or corrupted is treated as lost, never served or signed with.
+pub fn key_matches(cert_pem: &[u8], key_pem: &str) -> bool {
+    let Ok(key) = KeyPair::from_pem(key_pem) else {
+        return false;
+    };
+    let Some(cert) = certificates(cert_pem)
+        .ok()
+        .and_then(|c| c.into_iter().next())
+    else {
+        return false;
+    };
+    match x509_parser::parse_x509_certificate(&cert) {
+        Ok((_, parsed)) => parsed.public_key().raw == key.subject_public_key_info().as_slice(),
+        Err(_) => false,
+    }
 }
 
 /// The certificates of a PEM document, in order.
@@ -130,6 +155,30 @@ pub fn verify_serving(serving_pem: &[u8], bundle_pem: &[u8], host: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_must_match_and_serving_never_outlives_its_ca() {
+        let ca = issue_ca(Duration::from_secs(3600)).unwrap();
+        let other = issue_ca(Duration::from_secs(3600)).unwrap();
+        assert!(key_matches(ca.cert_pem.as_bytes(), &ca.key_pem));
+        assert!(!key_matches(ca.cert_pem.as_bytes(), &other.key_pem));
+        assert!(!key_matches(ca.cert_pem.as_bytes(), "garbage"));
+        // pathLen 0.
+        let der = certificates(ca.cert_pem.as_bytes()).unwrap().remove(0);
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let constraints = parsed.basic_constraints().unwrap().unwrap().value;
+        assert!(constraints.ca);
+        assert_eq!(constraints.path_len_constraint, Some(0));
+        // A 720 h serving certificate from a CA with an hour left ends with the CA.
+        let hosts = vec!["svc".to_owned()];
+        let serving = issue_serving(&ca, &hosts, Duration::from_secs(720 * 3600)).unwrap();
+        let (_, serving_until) = validity(serving.cert_pem.as_bytes()).unwrap();
+        let (_, ca_until) = validity(ca.cert_pem.as_bytes()).unwrap();
+        assert!(
+            serving_until <= ca_until,
+            "{serving_until:?} > {ca_until:?}"
+        );
+    }
 
     #[test]
     fn a_serving_pair_verifies_against_its_ca_only() {

@@ -16,6 +16,8 @@ pub enum CertError {
     Rcgen(#[from] rcgen::Error),
     #[error("no randomness for a serial number")]
     Random,
+    #[error("unusable CA certificate: {0}")]
+    Ca(String),
 }
 
 /// A certificate and its private key, PEM encoded.

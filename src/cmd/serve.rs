@@ -52,6 +52,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
             cert_validity: flags.cert_validity,
             renew_fraction: flags.renew_fraction,
             ca_grace: flags.ca_rotation_grace,
+            publish_settle: flags.ca_publish_settle,
             hosts: serving_hosts(flags.webhook_host.as_deref()),
         },
         desired: Desired {

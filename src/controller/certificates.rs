@@ -33,6 +33,8 @@ pub struct CertPolicy {
     pub cert_validity: Duration,
     pub renew_fraction: f64,
     pub ca_grace: Duration,
+    /// How long both CAs are published before serving moves to the new one.
+    pub publish_settle: Duration,
     /// Serving certificate SANs.
     pub hosts: Vec<String>,
 }
@@ -171,6 +173,10 @@ impl Issuer {
             )
             .await;
         }
+        // A rotation phase whose start time is missing or unparsable would never end: it starts now.
+        if ca.phase != Phase::Stable && ca.since.is_none() {
+            ca.since = Some(jiff::Timestamp::now());
+        }
         if Some(&ca) != stored_ca.as_ref() {
             self.apply(&secrets::ca_secret(&ca), metrics).await?;
         }
@@ -252,7 +258,13 @@ impl Issuer {
                 let published = webhook_configs::published_bundle(&self.client).await;
                 let in_place =
                     matches!(&published, Ok(Ok(b)) if b.as_slice() == tls.bundle.as_bytes());
-                if in_place {
+                // API servers cache webhook configurations: give every one time to load the bundle
+                // with both CAs before serving moves to the new CA.
+                let settled = ca.since.is_some_and(|since| {
+                    let waited = jiff::Timestamp::now().duration_since(since);
+                    waited.as_secs_f64() >= self.policy.publish_settle.as_secs_f64()
+                });
+                if in_place && settled {
                     ca.phase = Phase::Draining;
                     ca.since = Some(jiff::Timestamp::now());
                     self.apply(&secrets::ca_secret(&ca), metrics).await?;

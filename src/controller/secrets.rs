@@ -89,7 +89,8 @@ fn pair(secret: &Secret, cert: &str, key: &str) -> Option<PemPair> {
         key_pem: text(secret, key)?,
     };
     authority::validity(pair.cert_pem.as_bytes()).ok()?;
-    Some(pair)
+    // A key that is not the certificate's makes the pair as good as lost.
+    authority::key_matches(pair.cert_pem.as_bytes(), &pair.key_pem).then_some(pair)
 }
 
 /// The CA state of `webhook-ca`; `None` when absent or unusable (then a new CA is made).
@@ -228,5 +229,34 @@ mod tests {
         let mut no_previous = ca_secret(&state);
         no_previous.data.as_mut().unwrap().remove("previous-ca.crt");
         assert_eq!(read_ca(&no_previous).unwrap().phase, Phase::Stable);
+        // A key that is not the certificate's reads as a lost pair (the leader replaces it).
+        let mut mismatched = tls_secret(&tls_of(&ca), &state);
+        mismatched.data.as_mut().unwrap().insert(
+            "tls.key".into(),
+            ByteString(old.key_pem.clone().into_bytes()),
+        );
+        assert_eq!(read_tls(&mismatched), None);
+        let mut mismatched = ca_secret(&state);
+        mismatched.data.as_mut().unwrap().insert(
+            "ca.key".into(),
+            ByteString(old.key_pem.clone().into_bytes()),
+        );
+        assert_eq!(read_ca(&mismatched), None);
+        // An unparsable phase start reads as none (the leader restarts the phase's clock).
+        let mut bad_since = ca_secret(&state);
+        bad_since
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(PHASE_SINCE_ANNOTATION.into(), "yesterday".into());
+        assert_eq!(read_ca(&bad_since).unwrap().since, None);
+    }
+
+    fn tls_of(ca: &PemPair) -> TlsState {
+        TlsState {
+            serving: authority::issue_serving(ca, &["a".into()], Duration::from_secs(60)).unwrap(),
+            bundle: ca.cert_pem.clone(),
+        }
     }
 }

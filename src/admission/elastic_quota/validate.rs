@@ -13,8 +13,7 @@ use super::tree_checks::{check_create, check_delete, check_update};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::ElasticQuota;
-use crate::cache::Cache;
-use crate::cache::quota_topology::{PROVISIONAL_TTL, QuotaInfo};
+use crate::cache::quota_topology::{PROVISIONAL_TTL, QuotaInfo, QuotaTopology};
 
 pub struct QuotaTreeRules;
 
@@ -37,13 +36,17 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
                 ledger.admit(change, ctx.cache, || check(ctx)).await?;
                 Ok(())
             })),
-            _ => check(ctx)
-                .map(|accepted| {
-                    if !dry_run {
-                        apply_provisionally(ctx.cache, accepted);
-                    }
-                })
-                .into(),
+            _ => {
+                // Checked and applied under one write lock: racing admissions see each other.
+                let mut topology = ctx.cache.topology_mut();
+                check_in(ctx, &mut topology)
+                    .map(|accepted| {
+                        if !dry_run {
+                            apply_provisionally(&mut topology, accepted);
+                        }
+                    })
+                    .into()
+            }
         }
     }
 }
@@ -56,8 +59,14 @@ enum Accepted {
 }
 
 fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
+    check_in(ctx, &mut ctx.cache.topology_mut())
+}
+
+fn check_in(
+    ctx: &Ctx<'_, ElasticQuota>,
+    topology: &mut QuotaTopology,
+) -> Result<Accepted, Rejection> {
     let cache = ctx.cache;
-    let mut topology = cache.topology_mut();
     for name in topology.expire_provisional(PROVISIONAL_TTL) {
         tracing::warn!(
             quota = %name,
@@ -70,7 +79,7 @@ fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
                 .object()
                 .ok_or_else(|| Rejection::invalid("there is no content to decode"))?;
             Accepted::Upsert(
-                check_create(&topology, quota, ctx.gates, cache).map_err(Rejection::invalid)?,
+                check_create(topology, quota, ctx.gates, cache).map_err(Rejection::invalid)?,
             )
         }
         Operation::Update => {
@@ -80,7 +89,7 @@ fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
             let old = ctx.old_object().ok_or_else(|| {
                 Rejection::invalid("failed to get quota from old object, err: no old object")
             })?;
-            match check_update(&topology, old, new, ctx.gates, cache).map_err(Rejection::invalid)? {
+            match check_update(topology, old, new, ctx.gates, cache).map_err(Rejection::invalid)? {
                 Some(info) => Accepted::Upsert(info),
                 None => Accepted::Nothing,
             }
@@ -90,7 +99,7 @@ fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
                 .old_object()
                 .and_then(|q| q.metadata.name.clone())
                 .unwrap_or_default();
-            check_delete(&topology, &name, cache).map_err(Rejection::invalid)?;
+            check_delete(topology, &name, cache).map_err(Rejection::invalid)?;
             Accepted::Remove(name)
         }
         Operation::Connect => Accepted::Nothing,
@@ -99,8 +108,7 @@ fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
 
 /// Without a ledger: the change enters the topology at once, so a racing admission on this replica
 /// sees it, and leaves it if the cache never confirms it.
-fn apply_provisionally(cache: &Cache, accepted: Accepted) {
-    let mut topology = cache.topology_mut();
+fn apply_provisionally(topology: &mut QuotaTopology, accepted: Accepted) {
     match accepted {
         Accepted::Upsert(info) => topology.upsert_provisional(info),
         Accepted::Remove(name) => topology.remove_provisional(&name),
