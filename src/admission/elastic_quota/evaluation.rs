@@ -22,6 +22,25 @@ pub const AUDIT_CHILD_REQUEST: &str = "koord-webhook/child-request";
 
 /// Attempts at writing one batch before its pods are rejected.
 pub const MAX_WRITE_ATTEMPTS: usize = 3;
+/// Pods waiting for one quota's evaluation at most; beyond, a fast retryable denial (a hung or slow
+/// API server must not grow the queue without bound).
+pub const MAX_QUEUED_PER_QUOTA: usize = 1024;
+/// Each read or write of a quota gives up after this long, so a hung call never leaves a quota's
+/// evaluation running forever.
+pub const STORE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A store call bounded by [`STORE_CALL_TIMEOUT`].
+async fn bounded<T>(
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(STORE_CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Other(format!(
+                "the API server did not answer within {STORE_CALL_TIMEOUT:?}"
+            )))
+        })
+}
 
 /// Resource names a pod can consume from a quota.
 const POD_RESOURCES: &[&str] = &[
@@ -169,6 +188,12 @@ impl Evaluator {
         let start_worker = {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
             let queue = queues.entry(key.clone()).or_default();
+            if queue.pending.len() >= MAX_QUEUED_PER_QUOTA {
+                return Err(format!(
+                    "too many pods are waiting for elastic quota {}/{} to be evaluated; retry",
+                    key.0, key.1
+                ));
+            }
             queue.pending.push(Pending { usage, reply });
             !std::mem::replace(&mut queue.running, true)
         };
@@ -188,7 +213,9 @@ impl Evaluator {
         store: Option<&dyn QuotaStore>,
     ) -> Result<ElasticQuota, String> {
         match store {
-            Some(store) => store.get(&key.0, &key.1).await.map_err(|e| e.to_string()),
+            Some(store) => bounded(store.get(&key.0, &key.1))
+                .await
+                .map_err(|e| e.to_string()),
             None => Ok(self
                 .recorded
                 .lock()
@@ -268,7 +295,7 @@ impl Evaluator {
                         .insert(key.clone(), updated);
                     Ok(())
                 }
-                Some(store) => store.replace(&updated).await.map(|_| ()),
+                Some(store) => bounded(store.replace(&updated)).await.map(|_| ()),
             };
             match written {
                 Ok(()) => {
@@ -351,6 +378,54 @@ mod tests {
             used_missing,
             "exceeded quota: team/q, requested: cpu=11, used: , limited: cpu=10"
         );
+    }
+
+    /// A store whose calls never return, as a hung API server.
+    struct Hung;
+    impl QuotaStore for Hung {
+        fn get<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<ElasticQuota, StoreError>> {
+            Box::pin(std::future::pending())
+        }
+        fn replace<'a>(
+            &'a self,
+            _: &'a ElasticQuota,
+        ) -> futures::future::BoxFuture<'a, Result<ElasticQuota, StoreError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_api_server_times_out_and_the_queue_is_bounded() {
+        let evaluator = Arc::new(Evaluator::default());
+        let cached = quota(json!({}));
+        let store: Arc<dyn QuotaStore> = Arc::new(Hung);
+        let waiting: Vec<_> = (0..MAX_QUEUED_PER_QUOTA + 10)
+            .map(|_| {
+                let (evaluator, cached, store) = (evaluator.clone(), cached.clone(), store.clone());
+                tokio::spawn(async move {
+                    evaluator
+                        .evaluate(&cached, cpu("100m"), Some(store), false)
+                        .await
+                })
+            })
+            .collect();
+        let (mut refused, mut timed_out) = (0, 0);
+        for task in waiting {
+            // Every pod gets an answer: the queue's maximum refuses at once, the rest time out.
+            let error = task.await.unwrap().unwrap_err();
+            if error.contains("too many pods are waiting") {
+                refused += 1;
+            } else {
+                assert!(error.contains("did not answer within"), "{error}");
+                timed_out += 1;
+            }
+        }
+        assert!(refused >= 9, "beyond the queue's maximum: refused {refused}");
+        assert!(timed_out >= MAX_QUEUED_PER_QUOTA, "{timed_out}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

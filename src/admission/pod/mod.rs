@@ -32,10 +32,12 @@ pub fn validators() -> Vec<Box<dyn Validator<Pod>>> {
         Box::new(forbidden_reserve_pod::ForbiddenReservePod),
         Box::new(colocation_rules::ColocationRules),
         Box::new(PodQuotaTopologyCheck),
-        Box::new(QuotaEvaluation::default()),
         Box::new(device_validation::DeviceResourceRules),
         Box::new(enhanced_validator::EnhancedValidator::default()),
         Box::new(reservation_affinity::ReservationAffinity),
+        // Last: it records the pod's requests on the quota, so a pod another rule denies must
+        // never reach it.
+        Box::new(QuotaEvaluation::default()),
     ]
 }
 
