@@ -543,3 +543,119 @@ async fn two_replicas_one_writer_and_a_handover() {
     })
     .await;
 }
+
+/// Waits until the CA in `webhook-ca` is no longer `old` and a staged rotation to the new one has
+/// finished: on the way, the bundle carried the old trust and the new CA together; at the end it
+/// holds the new CA only, on every webhook entry.
+async fn staged_to_a_new_ca(client: &kube::Client, secrets: &Api<Secret>, old: &str) -> String {
+    let saw_both = Arc::new(AtomicBool::new(false));
+    let new_ca = eventually(
+        Duration::from_secs(60),
+        "a new CA, staged, then alone in the bundle",
+        || {
+            let (secrets, old, saw) = (secrets.clone(), old.to_owned(), saw_both.clone());
+            async move {
+                let ca = data(&secrets.get_opt("webhook-ca").await.ok()??, "ca.crt");
+                let certs = bundle_certs(&secrets.get("webhook-tls").await.ok()?);
+                if certs.len() == 2 && certs.contains(&old.trim().to_owned()) {
+                    saw.store(true, Ordering::Relaxed);
+                }
+                let done = saw.load(Ordering::Relaxed)
+                    && ca.trim() != old.trim()
+                    && certs == vec![ca.trim().to_owned()];
+                done.then_some(ca)
+            }
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "every entry to carry the new CA alone",
+        || async {
+            bundles(client)
+                .await
+                .iter()
+                .all(|b| String::from_utf8_lossy(b).trim() == new_ca.trim())
+                .then_some(())
+        },
+    )
+    .await;
+    new_ca
+}
+
+/// A lost `webhook-ca`, one replaced by garbage, and a `webhook-tls` whose key is not its
+/// certificate's: each repaired without a failed admission, a lost CA through the same stages as a
+/// planned rotation (it once switched CA at once, before the new bundle was published).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_secrets_are_repaired_without_failed_admissions() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let operator = cluster.operator(
+        "repairing",
+        &["--ca-rotation-grace", "3s", "--ca-publish-settle", "2s"],
+    );
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let first = data(&secrets.get("webhook-ca").await.unwrap(), "ca.crt");
+    let load = Load::start(client.clone());
+
+    // webhook-ca deleted.
+    secrets
+        .delete("webhook-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    let second = staged_to_a_new_ca(&client, &secrets, &first).await;
+    eprintln!("webhook-ca deleted: a new CA, staged");
+
+    // webhook-ca replaced by garbage.
+    let garbage = json!({"data": {"ca.crt": "anVuaw==", "ca.key": "anVuaw=="}});
+    secrets
+        .patch(
+            "webhook-ca",
+            &PatchParams::default(),
+            &Patch::Merge(&garbage),
+        )
+        .await
+        .unwrap();
+    let third = staged_to_a_new_ca(&client, &secrets, &second).await;
+    eprintln!("webhook-ca garbage: a new CA, staged");
+
+    // webhook-tls with a key that is not its certificate's.
+    let stranger = authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    let bad_key = json!({"stringData": {"tls.key": stranger.key_pem}});
+    secrets
+        .patch(
+            "webhook-tls",
+            &PatchParams::default(),
+            &Patch::Merge(&bad_key),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "webhook-tls to hold a matching pair again, from the same CA",
+        || async {
+            let tls = secrets.get("webhook-tls").await.ok()?;
+            let (cert, key) = (data(&tls, "tls.crt"), data(&tls, "tls.key"));
+            (authority::key_matches(cert.as_bytes(), &key)
+                && bundle_certs(&tls) == vec![third.trim().to_owned()])
+            .then_some(())
+        },
+    )
+    .await;
+    operator.wait_ready(Duration::from_secs(20)).await;
+
+    let (ok, failures) = load.stop().await;
+    eprintln!(
+        "broken Secrets repaired: {ok} admissions succeeded, {} failed",
+        failures.len()
+    );
+    assert!(ok > 10, "the load ran: {ok}");
+    assert!(
+        failures.is_empty(),
+        "{} failed of {}: {:?}",
+        failures.len(),
+        ok + failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+}

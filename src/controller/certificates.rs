@@ -84,6 +84,15 @@ impl Issuer {
         }
     }
 
+    /// The host the API server calls, which the serving certificate must be valid for.
+    fn verify_host(&self) -> &str {
+        self.policy
+            .hosts
+            .first()
+            .map(String::as_str)
+            .unwrap_or("localhost")
+    }
+
     async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), IssueError> {
         let name = secret.metadata.name.clone().unwrap_or_default();
         let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -138,17 +147,41 @@ impl Issuer {
         let mut ca = match stored_ca.clone() {
             Some(ca) => ca,
             None => {
+                // A lost or unusable webhook-ca. When API servers still trust a serving pair that
+                // is in place, the new CA goes through the same stages as a planned rotation: the
+                // old trust (certificates only: its key is gone) stays published next to the new
+                // CA, and the old pair keeps serving until both are everywhere.
+                let still_trusted = stored_tls.as_ref().filter(|tls| {
+                    authority::verify_serving(
+                        tls.serving.cert_pem.as_bytes(),
+                        tls.bundle.as_bytes(),
+                        self.verify_host(),
+                    )
+                    .is_ok()
+                });
                 let ca = CaState {
                     ca: authority::issue_ca(self.policy.ca_validity)?,
-                    previous: None,
-                    phase: Phase::Stable,
+                    previous: still_trusted.map(|tls| PemPair {
+                        cert_pem: tls.bundle.clone(),
+                        key_pem: String::new(),
+                    }),
+                    phase: if still_trusted.is_some() {
+                        Phase::Publishing
+                    } else {
+                        Phase::Stable
+                    },
                     since: Some(jiff::Timestamp::now()),
                 };
                 metrics
                     .cert_rotations
                     .get_or_create(&CertLabels { certificate: "ca" })
                     .inc();
-                self.event(EventType::Normal, "CAIssued", "issued a new CA".to_owned())
+                let note = if still_trusted.is_some() {
+                    "webhook-ca was lost or unusable: issued a new CA, published next to the trust in place"
+                } else {
+                    "issued a new CA"
+                };
+                self.event(EventType::Normal, "CAIssued", note.to_owned())
                     .await;
                 ca
             }
@@ -194,12 +227,7 @@ impl Issuer {
             ),
             _ => (authority::bundle([ca.ca.cert_pem.as_str()]), &ca.ca),
         };
-        let verify_host = self
-            .policy
-            .hosts
-            .first()
-            .map(String::as_str)
-            .unwrap_or("localhost");
+        let verify_host = self.verify_host();
         let serving = match &stored_tls {
             Some(tls)
                 if authority::verify_serving(
@@ -217,6 +245,12 @@ impl Issuer {
                 tls.serving.clone()
             }
             _ => {
+                // A previous CA known by its certificate only cannot sign: the new CA does.
+                let signer = if signer.key_pem.is_empty() {
+                    &ca.ca
+                } else {
+                    signer
+                };
                 let pair = self.issue_serving(signer, metrics)?;
                 self.event(
                     EventType::Normal,

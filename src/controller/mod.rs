@@ -24,7 +24,7 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
 
 use crate::certs::authority;
-use crate::install::rbac::SECRET_TLS;
+use crate::install::rbac::{SECRET_CA, SECRET_TLS};
 use crate::install::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
 use crate::install::{NAMESPACE, SERVICE_NAME};
 use crate::metrics::ConfigurationLabels;
@@ -143,6 +143,7 @@ pub async fn run(
         election,
         watch_serving_pair(client.clone(), shared.clone(), kick.clone()),
         watch_configurations(client.clone(), kick.clone()),
+        watch_ca_secret(client.clone(), kick.clone()),
         issue_as_leader(client.clone(), &config, leadership, kick.clone(), metrics),
         check_readiness(client.clone(), &config, shared.clone(), kick.clone()),
     );
@@ -179,6 +180,20 @@ async fn watch_serving_pair(client: Client, shared: Arc<Shared>, kick: Arc<Notif
             }
             Err(e) => tracing::warn!(error = %e, "watch of Secret {SECRET_TLS} failed; resuming"),
         }
+    }
+}
+
+/// Changes to `webhook-ca` (deleted, or overwritten with something unusable) wake the leader at once
+/// rather than at its next timer.
+async fn watch_ca_secret(client: Client, kick: Arc<Notify>) {
+    let api: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let config = watcher::Config::default().fields(&format!("metadata.name={SECRET_CA}"));
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
+    while let Some(event) = events.next().await {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "watch of Secret {SECRET_CA} failed; resuming");
+        }
+        kick.notify_waiters();
     }
 }
 

@@ -93,10 +93,26 @@ fn pair(secret: &Secret, cert: &str, key: &str) -> Option<PemPair> {
     authority::key_matches(pair.cert_pem.as_bytes(), &pair.key_pem).then_some(pair)
 }
 
+/// The previous CA of a rotation: with its key after a planned rotation, certificates only (an
+/// empty key) after a lost CA.
+fn previous_ca(secret: &Secret) -> Option<PemPair> {
+    match text(secret, "previous-ca.key") {
+        Some(_) => pair(secret, "previous-ca.crt", "previous-ca.key"),
+        None => {
+            let cert_pem = text(secret, "previous-ca.crt")?;
+            authority::validity(cert_pem.as_bytes()).ok()?;
+            Some(PemPair {
+                cert_pem,
+                key_pem: String::new(),
+            })
+        }
+    }
+}
+
 /// The CA state of `webhook-ca`; `None` when absent or unusable (then a new CA is made).
 pub fn read_ca(secret: &Secret) -> Option<CaState> {
     let ca = pair(secret, "ca.crt", "ca.key")?;
-    let previous = pair(secret, "previous-ca.crt", "previous-ca.key");
+    let previous = previous_ca(secret);
     let mut phase = annotation(secret, PHASE_ANNOTATION).map_or(Phase::Stable, Phase::parse);
     if previous.is_none() {
         phase = Phase::Stable;
@@ -171,7 +187,9 @@ pub fn ca_secret(state: &CaState) -> Secret {
     ]);
     if let Some(previous) = &state.previous {
         data.insert("previous-ca.crt".to_owned(), previous.cert_pem.clone());
-        data.insert("previous-ca.key".to_owned(), previous.key_pem.clone());
+        if !previous.key_pem.is_empty() {
+            data.insert("previous-ca.key".to_owned(), previous.key_pem.clone());
+        }
     }
     secret(SECRET_CA, "Opaque", data, phase_annotations(state))
 }

@@ -30,9 +30,7 @@ pub const MAX_QUEUED_PER_QUOTA: usize = 1024;
 pub const STORE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A store call bounded by [`STORE_CALL_TIMEOUT`].
-async fn bounded<T>(
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
+async fn bounded<T>(call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
     tokio::time::timeout(STORE_CALL_TIMEOUT, call)
         .await
         .unwrap_or_else(|_| {
@@ -424,7 +422,10 @@ mod tests {
                 timed_out += 1;
             }
         }
-        assert!(refused >= 9, "beyond the queue's maximum: refused {refused}");
+        assert!(
+            refused >= 9,
+            "beyond the queue's maximum: refused {refused}"
+        );
         assert!(timed_out >= MAX_QUEUED_PER_QUOTA, "{timed_out}");
     }
 
