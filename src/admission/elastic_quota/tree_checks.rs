@@ -63,7 +63,7 @@ pub fn check_create(
 }
 
 /// The fields whose change can affect the tree.
-fn relevant_unchanged(old: &ElasticQuota, new: &ElasticQuota) -> bool {
+pub fn relevant_unchanged(old: &ElasticQuota, new: &ElasticQuota) -> bool {
     use crate::apis::meta::{annotation, label};
     [QUOTA_PARENT, QUOTA_IS_PARENT, QUOTA_TREE_ID]
         .iter()

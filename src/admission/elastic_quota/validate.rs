@@ -9,7 +9,7 @@
 use kube::core::admission::Operation;
 
 use super::ledger::change_of;
-use super::tree_checks::{check_create, check_delete, check_update};
+use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::ElasticQuota;
@@ -24,12 +24,19 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
         let dry_run = ctx.request.dry_run;
+        // An update the tree rules ignore (status, or the child-request annotation quota
+        // evaluation writes on every admitted pod) need not wait its turn.
+        let ignored_update = matches!(
+            (ctx.operation(), ctx.old_object(), ctx.object()),
+            (Operation::Update, Some(old), Some(new)) if relevant_unchanged(old, new)
+        );
         let change = change_of(
             &ctx.request.uid,
             ctx.operation(),
             ctx.object(),
             ctx.old_object(),
-        );
+        )
+        .filter(|_| !ignored_update);
         match (ctx.services.quota_ledger.as_ref(), change) {
             (Some(ledger), Some(change)) if !dry_run => Step::Pending(Box::pin(async move {
                 // The cache shows the change once the watch delivers it; nothing to apply here.
