@@ -239,6 +239,10 @@ pub struct OperatorFlags {
     pub lease_renew_deadline: Duration,
     #[arg(long, default_value = "2s", value_parser = parse_duration_arg)]
     pub lease_retry_period: Duration,
+    /// The leader recounts a quota's child-request from its pods once quota evaluation has not
+    /// written it for this long (longer than an admitted pod takes to be stored or refused).
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg)]
+    pub child_request_recount_quiet: Duration,
     /// On SIGTERM, keep serving this long before closing the listener.
     #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
     pub drain_delay: Duration,

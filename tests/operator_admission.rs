@@ -42,6 +42,8 @@ async fn admission_through_the_api_server_with_the_live_cache() {
             "EnableQuotaAdmission=true",
             "--drain-delay",
             "3s",
+            "--child-request-recount-quiet",
+            "2s",
         ],
     );
     operator.wait_ready(Duration::from_secs(60)).await;
@@ -224,6 +226,76 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         before,
         "a dry run writes nothing"
     );
+
+    // The leader recounts child-request from the pods that exist: three deleted, and one admitted by
+    // us but then refused by the API server's ResourceQuota (which runs after the webhooks), are
+    // no longer counted once evaluation has been quiet for 2 s.
+    let stored = eval_pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(stored.len(), 10);
+    for p in &stored[..3] {
+        eval_pods
+            .delete(
+                p.metadata.name.as_deref().unwrap(),
+                &DeleteParams::default(),
+            )
+            .await
+            .unwrap();
+    }
+    apply(
+        cp,
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: seven, namespace: eval}\nspec: {hard: {pods: \"7\"}}\n",
+    );
+    // No quota controller runs here: give the ResourceQuota the status it would compute.
+    cp.kubectl_ok(
+        &[
+            "patch",
+            "resourcequota",
+            "seven",
+            "-n",
+            "eval",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"hard":{"pods":"7"},"used":{"pods":"7"}}}"#,
+        ],
+        None,
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused_later = eventually(
+        Duration::from_secs(10),
+        "a pod refused by the ResourceQuota",
+        || async {
+            let p = pod(
+                "eval",
+                "over-count",
+                json!({"quota.scheduling.koordinator.sh/name": "q-eval"}),
+                json!({"cpu": "1"}),
+            );
+            let err = match eval_pods.create(&PostParams::default(), &p).await {
+                Ok(_) => panic!("the ResourceQuota let an eighth pod in"),
+                Err(e) => e.to_string(),
+            };
+            // Until the recount, evaluation itself refuses it (child-request still says 10).
+            err.contains("quota: seven").then_some(err)
+        },
+    )
+    .await;
+    eprintln!("refused after our admission: {refused_later}");
+    let leaked = annotation(eval_quotas.get("q-eval").await.unwrap()).unwrap_or_default();
+    assert!(
+        leaked.contains("\"cpu\":\"8\""),
+        "evaluation counted the refused pod until the recount: {leaked}"
+    );
+    let recounted = eventually(
+        Duration::from_secs(20),
+        "child-request recounted to the 7 pods that exist",
+        || async {
+            let value = annotation(eval_quotas.get("q-eval").await.ok()?)?;
+            value.contains("\"cpu\":\"7\"").then_some(value)
+        },
+    )
+    .await;
+    eprintln!("child-request after the recount: {recounted}");
 
     // The API server restarted: watches resume, admission keeps working without a process restart.
     // Readiness keeps the last bundle it read: the restart makes no replica unready.

@@ -59,6 +59,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
             gates,
             target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port),
         },
+        child_request_quiet: flags.child_request_recount_quiet,
         verify_host,
     }
 }

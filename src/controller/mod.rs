@@ -3,6 +3,7 @@
 //! `webhook-tls` Secret and the readiness proof that the published caBundle verifies it.
 
 pub mod certificates;
+pub mod child_requests;
 pub mod leader;
 pub mod quota_ledger;
 pub mod quota_store;
@@ -54,6 +55,8 @@ pub struct OperatorConfig {
     pub cert_mode: CertMode,
     pub policy: CertPolicy,
     pub desired: Desired,
+    /// How long after quota evaluation last wrote a quota the leader may recount its child-request.
+    pub child_request_quiet: Duration,
     /// The host name the API server calls the webhook at (readiness verifies the pair for it).
     pub verify_host: String,
 }
@@ -97,6 +100,7 @@ pub async fn run(
         (Leadership::always(), None)
     };
     let cache = writer.reader();
+    let recount_cache = writer.reader();
 
     let cache_task =
         crate::cache::watch::run(client.clone(), writer, metrics.watch_restarts.clone());
@@ -137,6 +141,24 @@ pub async fn run(
         }
     };
 
+    let recount_child_requests = {
+        let recount = child_requests::Recount {
+            client: client.clone(),
+            cache: recount_cache,
+            gates: config.desired.gates,
+            leadership: leadership.clone(),
+            quiet: config.child_request_quiet,
+        };
+        async move {
+            if recount
+                .gates
+                .enabled(crate::features::Gate::EnableQuotaAdmission)
+            {
+                recount.run().await;
+            }
+        }
+    };
+
     tokio::join!(
         cache_task,
         cache_ready,
@@ -146,6 +168,7 @@ pub async fn run(
         watch_ca_secret(client.clone(), kick.clone()),
         issue_as_leader(client.clone(), &config, leadership, kick.clone(), metrics),
         check_readiness(client.clone(), &config, shared.clone(), kick.clone()),
+        recount_child_requests,
     );
 }
 

@@ -17,6 +17,9 @@ use crate::resources::Resources;
 
 pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
 pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
+/// When evaluation last wrote `child-request` (RFC 3339): the leader's recount leaves a quota alone
+/// while admissions to it may still be on their way to the cluster.
+pub const CHILD_REQUEST_UPDATED: &str = "koord-webhook/child-request-updated";
 /// Audit annotation carrying the child-request value evaluation wrote (or would write).
 pub const AUDIT_CHILD_REQUEST: &str = "koord-webhook/child-request";
 
@@ -284,7 +287,13 @@ impl Evaluator {
                 .metadata
                 .annotations
                 .get_or_insert_with(Default::default)
-                .insert(CHILD_REQUEST.to_owned(), used.clone());
+                .extend([
+                    (CHILD_REQUEST.to_owned(), used.clone()),
+                    (
+                        CHILD_REQUEST_UPDATED.to_owned(),
+                        jiff::Timestamp::now().to_string(),
+                    ),
+                ]);
             let written = match store {
                 None => {
                     self.recorded

@@ -12,6 +12,7 @@ use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};
 use crate::features::{FeatureGates, Gate};
+use crate::resources::Resources;
 use crate::resources::pod_requests::pod_requests;
 
 #[derive(Default)]
@@ -50,6 +51,35 @@ fn holds_resources(pod: &Pod) -> bool {
         }
         None => true,
     }
+}
+
+/// The requests a pod charges to its quota: `None` for a pod that holds nothing (terminal, or
+/// deleted past its grace period). The leader's recount of `child-request` uses the same rule.
+pub fn charged_requests(pod: &Pod, gates: &FeatureGates) -> Result<Option<Resources>, String> {
+    let transformed;
+    let pod = if gates.enabled(Gate::ElasticQuotaEvaluationTransformPod)
+        && gates.enabled(Gate::ReplaceResourcesTransformer)
+    {
+        transformed = replace_resources::apply(pod);
+        &transformed
+    } else {
+        pod
+    };
+    if !holds_resources(pod) {
+        return Ok(None);
+    }
+    pod_requests(pod).map(Some).map_err(|e| e.to_string())
+}
+
+/// The quota a pod is evaluated against, or `None` for the quotas evaluation skips.
+pub fn evaluated_quota(
+    pod: &Pod,
+    namespace: &str,
+    cache: &crate::cache::Cache,
+    gates: &FeatureGates,
+) -> Option<String> {
+    let name = resolve_quota_name(pod, namespace, cache, gates);
+    (![DEFAULT_QUOTA, SYSTEM_QUOTA, ROOT_QUOTA, ""].contains(&name.as_str())).then_some(name)
 }
 
 impl QuotaEvaluation {
@@ -98,20 +128,13 @@ impl QuotaEvaluation {
             }
         };
 
-        let transformed;
-        let pod = if ctx.gates.enabled(Gate::ElasticQuotaEvaluationTransformPod)
-            && ctx.gates.enabled(Gate::ReplaceResourcesTransformer)
-        {
-            transformed = replace_resources::apply(pod);
-            &transformed
-        } else {
-            pod
-        };
         let ledger = Ledger::read(&quota).map_err(Rejection::invalid)?;
-        if !ledger.limits_pods() || !holds_resources(pod) {
+        if !ledger.limits_pods() {
             return Ok(());
         }
-        let requests = pod_requests(pod).map_err(|e| Rejection::invalid(e.to_string()))?;
+        let Some(requests) = charged_requests(pod, ctx.gates).map_err(Rejection::invalid)? else {
+            return Ok(());
+        };
         let usage = ledger.usage_of(&requests);
         if usage.is_empty() {
             return Ok(());
