@@ -16,47 +16,15 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use support::certs::{MUTATING, VALIDATING, bundles, data, staged_to_a_new_ca};
 use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
 use support::operator::{colocation_and_qos_rules_apply, eventually};
 use support::tls_client::{Proto, connect};
 use support::{fixture, pod};
 
-const MUTATING: &str = "koordinator-mutating-webhook-configuration";
-const VALIDATING: &str = "koordinator-validating-webhook-configuration";
 const LOAD_PER_SECOND: u32 = 20;
-
-/// Every entry's caBundle in both configurations.
-async fn bundles(client: &kube::Client) -> Vec<Vec<u8>> {
-    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let bundle = |c: &k8s_openapi::api::admissionregistration::v1::WebhookClientConfig| {
-        c.ca_bundle
-            .as_ref()
-            .map(|b| b.0.clone())
-            .unwrap_or_default()
-    };
-    let mut all: Vec<Vec<u8>> = m
-        .get(MUTATING)
-        .await
-        .unwrap()
-        .webhooks
-        .unwrap_or_default()
-        .iter()
-        .map(|w| bundle(&w.client_config))
-        .collect();
-    all.extend(
-        v.get(VALIDATING)
-            .await
-            .unwrap()
-            .webhooks
-            .unwrap_or_default()
-            .iter()
-            .map(|w| bundle(&w.client_config)),
-    );
-    all
-}
 
 async fn leader(client: &kube::Client) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
@@ -129,8 +97,14 @@ async fn no_failed_admissions(load: SteadyLoad, phase: &str) -> usize {
 
 async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bundle: &[u8]) {
     use k8s_openapi::api::core::v1::Secret;
-    let args = r#"[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--cert-validity=6s"},
-                  {"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--renew-fraction=0.5"}]"#;
+    let args = [
+        "--cert-validity=6s",
+        "--renew-fraction=0.5",
+        "--ca-rotation-grace=5s",
+        "--ca-publish-settle=1s",
+    ]
+    .map(|a| json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}));
+    let args = serde_json::to_string(&args).unwrap();
     node.kubectl_ok(
         &[
             "-n",
@@ -140,7 +114,7 @@ async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bund
             "koord-webhook",
             "--type=json",
             "-p",
-            args,
+            &args,
         ],
         None,
     )
@@ -186,6 +160,59 @@ async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bund
         bundles(client).await.iter().all(|b| *b == bundle),
         "serving rotations kept the CA"
     );
+
+    // Broken Secrets under the same load, each repaired in stages: webhook-ca deleted, then replaced
+    // by garbage, then webhook-tls given a key that is not its certificate's.
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
+    let started = std::time::Instant::now();
+    let first = data(&secrets.get("webhook-ca").await.unwrap(), "ca.crt");
+    secrets
+        .delete("webhook-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    let second = staged_to_a_new_ca(client, &secrets, &first).await;
+    let after_delete = started.elapsed();
+    let garbage = json!({"data": {"ca.crt": "anVuaw==", "ca.key": "anVuaw=="}});
+    secrets
+        .patch(
+            "webhook-ca",
+            &PatchParams::default(),
+            &Patch::Merge(&garbage),
+        )
+        .await
+        .unwrap();
+    staged_to_a_new_ca(client, &secrets, &second).await;
+    let after_garbage = started.elapsed();
+    let stranger = koord_webhook::certs::authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    secrets
+        .patch(
+            "webhook-tls",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"tls.key": stranger.key_pem}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "a matching serving pair again",
+        || async {
+            let tls = secrets.get("webhook-tls").await.ok()?;
+            koord_webhook::certs::authority::key_matches(
+                data(&tls, "tls.crt").as_bytes(),
+                &data(&tls, "tls.key"),
+            )
+            .then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "webhook-ca deleted: new CA alone after {after_delete:?}; garbage: after {:?}; bad tls.key: \
+         repaired after {:?}",
+        after_garbage - after_delete,
+        started.elapsed() - after_garbage
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    no_failed_admissions(load, "webhook-ca deleted, garbage, a mismatched tls.key").await;
 }
 
 /// The restarts of each replica's container and the reason its last run ended, by Pod name.

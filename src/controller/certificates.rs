@@ -236,16 +236,20 @@ impl Issuer {
                     verify_host,
                 )
                 .is_ok()
-                    && !authority::needs_renewal(
-                        tls.serving.cert_pem.as_bytes(),
-                        self.policy.renew_fraction,
-                        now,
-                    ) =>
+                    // After a lost CA the old trust cannot sign: its pair serves, due for renewal
+                    // or not, until Draining (verify_serving refuses it once expired).
+                    && (signer.key_pem.is_empty()
+                        || !authority::needs_renewal(
+                            tls.serving.cert_pem.as_bytes(),
+                            self.policy.renew_fraction,
+                            now,
+                        )) =>
             {
                 tls.serving.clone()
             }
             _ => {
-                // A previous CA known by its certificate only cannot sign: the new CA does.
+                // A previous CA known by its certificate only cannot sign: the new CA does (its
+                // pair expired before the new CA was published everywhere).
                 let signer = if signer.key_pem.is_empty() {
                     &ca.ca
                 } else {

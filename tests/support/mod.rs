@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod control_plane;
 pub mod node;
 pub mod operator;

@@ -1,0 +1,95 @@
+//! Certificates as the cluster holds them: the Secrets' PEM data, every webhook entry's caBundle,
+//! and the wait for a staged rotation to a new CA. Shared by the control-plane and real-node tests.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+
+use super::operator::eventually;
+
+pub const MUTATING: &str = "koordinator-mutating-webhook-configuration";
+pub const VALIDATING: &str = "koordinator-validating-webhook-configuration";
+
+/// A Secret's value at `key`, as text.
+pub fn data(secret: &Secret, key: &str) -> String {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+/// Every entry's caBundle of both configurations.
+pub async fn bundles(client: &kube::Client) -> Vec<Vec<u8>> {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mut out = Vec::new();
+    for w in m.get(MUTATING).await.unwrap().webhooks.unwrap_or_default() {
+        out.push(w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default());
+    }
+    for w in v
+        .get(VALIDATING)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap_or_default()
+    {
+        out.push(w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default());
+    }
+    out
+}
+
+/// The certificates of a Secret's `ca.crt`, each trimmed.
+pub fn bundle_certs(secret: &Secret) -> Vec<String> {
+    data(secret, "ca.crt")
+        .split_inclusive("-----END CERTIFICATE-----")
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// Waits until the CA in `webhook-ca` is no longer `old` and a staged rotation to the new one has
+/// finished: on the way, the bundle carried the old trust and the new CA together; at the end it
+/// holds the new CA only, on every webhook entry.
+pub async fn staged_to_a_new_ca(client: &kube::Client, secrets: &Api<Secret>, old: &str) -> String {
+    let saw_both = Arc::new(AtomicBool::new(false));
+    let new_ca = eventually(
+        Duration::from_secs(60),
+        "a new CA, staged, then alone in the bundle",
+        || {
+            let (secrets, old, saw) = (secrets.clone(), old.to_owned(), saw_both.clone());
+            async move {
+                let ca = data(&secrets.get_opt("webhook-ca").await.ok()??, "ca.crt");
+                let certs = bundle_certs(&secrets.get("webhook-tls").await.ok()?);
+                if certs.len() == 2 && certs.contains(&old.trim().to_owned()) {
+                    saw.store(true, Ordering::Relaxed);
+                }
+                let done = saw.load(Ordering::Relaxed)
+                    && ca.trim() != old.trim()
+                    && certs == vec![ca.trim().to_owned()];
+                done.then_some(ca)
+            }
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "every entry to carry the new CA alone",
+        || async {
+            bundles(client)
+                .await
+                .iter()
+                .all(|b| String::from_utf8_lossy(b).trim() == new_ca.trim())
+                .then_some(())
+        },
+    )
+    .await;
+    new_ca
+}
