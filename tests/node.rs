@@ -16,9 +16,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::certs::{MUTATING, VALIDATING, bundles, data, staged_to_a_new_ca};
+use support::certs::{MUTATING, VALIDATING, break_secrets_and_wait_for_repair, bundles};
 use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
 use support::operator::{colocation_and_qos_rules_apply, eventually};
 use support::tls_client::{Proto, connect};
@@ -164,53 +164,8 @@ async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bund
     // Broken Secrets under the same load, each repaired in stages: webhook-ca deleted, then replaced
     // by garbage, then webhook-tls given a key that is not its certificate's.
     let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
-    let started = std::time::Instant::now();
-    let first = data(&secrets.get("webhook-ca").await.unwrap(), "ca.crt");
-    secrets
-        .delete("webhook-ca", &DeleteParams::default())
-        .await
-        .unwrap();
-    let second = staged_to_a_new_ca(client, &secrets, &first).await;
-    let after_delete = started.elapsed();
-    let garbage = json!({"data": {"ca.crt": "anVuaw==", "ca.key": "anVuaw=="}});
-    secrets
-        .patch(
-            "webhook-ca",
-            &PatchParams::default(),
-            &Patch::Merge(&garbage),
-        )
-        .await
-        .unwrap();
-    staged_to_a_new_ca(client, &secrets, &second).await;
-    let after_garbage = started.elapsed();
-    let stranger = koord_webhook::certs::authority::issue_ca(Duration::from_secs(3600)).unwrap();
-    secrets
-        .patch(
-            "webhook-tls",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"stringData": {"tls.key": stranger.key_pem}})),
-        )
-        .await
-        .unwrap();
-    eventually(
-        Duration::from_secs(30),
-        "a matching serving pair again",
-        || async {
-            let tls = secrets.get("webhook-tls").await.ok()?;
-            koord_webhook::certs::authority::key_matches(
-                data(&tls, "tls.crt").as_bytes(),
-                &data(&tls, "tls.key"),
-            )
-            .then_some(())
-        },
-    )
-    .await;
-    eprintln!(
-        "webhook-ca deleted: new CA alone after {after_delete:?}; garbage: after {:?}; bad tls.key: \
-         repaired after {:?}",
-        after_garbage - after_delete,
-        started.elapsed() - after_garbage
-    );
+    let repairs = break_secrets_and_wait_for_repair(client, &secrets).await;
+    eprintln!("broken Secrets repaired after: {repairs:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     no_failed_admissions(load, "webhook-ca deleted, garbage, a mismatched tls.key").await;
 }

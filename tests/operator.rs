@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use koord_webhook::certs::authority;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::certs::{MUTATING, VALIDATING, bundle_certs, bundles, data, staged_to_a_new_ca};
+use support::certs::{
+    MUTATING, VALIDATING, break_secrets_and_wait_for_repair, bundle_certs, bundles, data,
+};
 use support::operator::{Cluster, Load, eventually};
 
 const NS: &str = "koordinator-system";
@@ -519,53 +521,9 @@ async fn broken_secrets_are_repaired_without_failed_admissions() {
     );
     operator.wait_ready(Duration::from_secs(60)).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let first = data(&secrets.get("webhook-ca").await.unwrap(), "ca.crt");
     let load = Load::start(client.clone());
-
-    // webhook-ca deleted.
-    secrets
-        .delete("webhook-ca", &DeleteParams::default())
-        .await
-        .unwrap();
-    let second = staged_to_a_new_ca(&client, &secrets, &first).await;
-    eprintln!("webhook-ca deleted: a new CA, staged");
-
-    // webhook-ca replaced by garbage.
-    let garbage = json!({"data": {"ca.crt": "anVuaw==", "ca.key": "anVuaw=="}});
-    secrets
-        .patch(
-            "webhook-ca",
-            &PatchParams::default(),
-            &Patch::Merge(&garbage),
-        )
-        .await
-        .unwrap();
-    let third = staged_to_a_new_ca(&client, &secrets, &second).await;
-    eprintln!("webhook-ca garbage: a new CA, staged");
-
-    // webhook-tls with a key that is not its certificate's.
-    let stranger = authority::issue_ca(Duration::from_secs(3600)).unwrap();
-    let bad_key = json!({"stringData": {"tls.key": stranger.key_pem}});
-    secrets
-        .patch(
-            "webhook-tls",
-            &PatchParams::default(),
-            &Patch::Merge(&bad_key),
-        )
-        .await
-        .unwrap();
-    eventually(
-        Duration::from_secs(30),
-        "webhook-tls to hold a matching pair again, from the same CA",
-        || async {
-            let tls = secrets.get("webhook-tls").await.ok()?;
-            let (cert, key) = (data(&tls, "tls.crt"), data(&tls, "tls.key"));
-            (authority::key_matches(cert.as_bytes(), &key)
-                && bundle_certs(&tls) == vec![third.trim().to_owned()])
-            .then_some(())
-        },
-    )
-    .await;
+    let repairs = break_secrets_and_wait_for_repair(&client, &secrets).await;
+    eprintln!("broken Secrets repaired: {repairs:?}");
     operator.wait_ready(Duration::from_secs(20)).await;
 
     let (ok, failures) = load.stop().await;

@@ -86,6 +86,8 @@ pub struct NotLeader;
 #[derive(Clone, Debug)]
 pub struct Leadership {
     state: watch::Receiver<bool>,
+    /// The sender of a replica that always leads, kept so `changed` waits rather than fails.
+    _always: Option<Arc<watch::Sender<bool>>>,
     /// Local time of the last successful acquire or renew; `None` while not leading.
     renewed: Arc<Mutex<Option<Instant>>>,
     renew_deadline: Duration,
@@ -95,10 +97,9 @@ impl Leadership {
     /// A replica that always leads (`--leader-elect=false`).
     pub fn always() -> Self {
         let (tx, state) = watch::channel(true);
-        // Keep the sender alive so `changed` waits forever rather than failing.
-        std::mem::forget(tx);
         Self {
             state,
+            _always: Some(Arc::new(tx)),
             renewed: Arc::new(Mutex::new(None)),
             renew_deadline: Duration::MAX,
         }
@@ -157,19 +158,21 @@ impl Leading {
 }
 
 /// A new election's two sides: the handle writers check, and the loop that keeps it.
-pub fn election(timings: LeaseTimings) -> (Leadership, impl FnOnce() -> Election) {
+pub fn election(timings: LeaseTimings) -> (Leadership, Election) {
     let (tx, rx) = watch::channel(false);
     let renewed = Arc::new(Mutex::new(None));
     let leadership = Leadership {
         state: rx,
+        _always: None,
         renewed: renewed.clone(),
         renew_deadline: timings.renew_deadline,
     };
-    (leadership, move || Election {
+    let election = Election {
         leading: Leading { state: tx, renewed },
         timings,
         observed: None,
-    })
+    };
+    (leadership, election)
 }
 
 /// What of a Lease decides who holds it; a change of any of it restarts the followers' wait.
@@ -387,8 +390,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn another_holder_is_waited_for_on_the_local_clock() {
-        let (_, start) = election(LeaseTimings::default());
-        let mut e = start();
+        let (_, mut e) = election(LeaseTimings::default());
         // The record's timestamps are never compared with our clock: one far in the past or the
         // future counts from the moment we saw it.
         e.observe(record("other", "1970-01-01T00:00:00Z"));
@@ -410,8 +412,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn leadership_ends_at_the_renew_deadline_even_before_the_loop_runs() {
         let timings = LeaseTimings::default();
-        let (leadership, start) = election(timings);
-        let e = start();
+        let (leadership, e) = election(timings);
         assert!(leadership.check().is_err());
         e.leading.set(Some(Instant::now()));
         assert!(leadership.check().is_ok());

@@ -94,8 +94,8 @@ pub async fn run(
     let metrics = shared.admission.metrics();
     let kick = Arc::new(Notify::new());
     let (leadership, election) = if config.leader_elect {
-        let (leadership, start) = leader::election(config.lease);
-        (leadership, Some(start()))
+        let (leadership, election) = leader::election(config.lease);
+        (leadership, Some(election))
     } else {
         (Leadership::always(), None)
     };

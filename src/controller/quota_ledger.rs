@@ -35,24 +35,30 @@ impl KubeLedgerStore {
 
     /// Creates the empty record by server-side apply (which RBAC can limit to this name).
     async fn create_empty(&self) -> Result<(), StoreError> {
-        let empty = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(QUOTA_LEDGER.to_owned()),
-                namespace: Some(NAMESPACE.to_owned()),
-                labels: Some(app_labels()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
         self.api()
             .patch(
                 QUOTA_LEDGER,
                 &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&empty),
+                &Patch::Apply(&record(None, None)),
             )
             .await
             .map(|_| ())
             .map_err(store_error)
+    }
+}
+
+/// The ledger ConfigMap: at `version` when given (a conditional write), holding `change` if any.
+fn record(version: Option<&str>, change: Option<String>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(QUOTA_LEDGER.to_owned()),
+            namespace: Some(NAMESPACE.to_owned()),
+            labels: Some(app_labels()),
+            resource_version: version.map(str::to_owned),
+            ..Default::default()
+        },
+        data: change.map(|text| BTreeMap::from([(KEY.to_owned(), text)])),
+        ..Default::default()
     }
 }
 
@@ -91,17 +97,7 @@ impl LedgerStore for KubeLedgerStore {
         Box::pin(async move {
             let text =
                 serde_json::to_string(change).map_err(|e| StoreError::Other(e.to_string()))?;
-            let config_map = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(QUOTA_LEDGER.to_owned()),
-                    namespace: Some(NAMESPACE.to_owned()),
-                    labels: Some(app_labels()),
-                    resource_version: Some(version.to_owned()),
-                    ..Default::default()
-                },
-                data: Some(BTreeMap::from([(KEY.to_owned(), text)])),
-                ..Default::default()
-            };
+            let config_map = record(Some(version), Some(text));
             self.api()
                 .replace(QUOTA_LEDGER, &PostParams::default(), &config_map)
                 .await

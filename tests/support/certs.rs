@@ -93,3 +93,73 @@ pub async fn staged_to_a_new_ca(client: &kube::Client, secrets: &Api<Secret>, ol
     .await;
     new_ca
 }
+
+/// The time each repair took in [`break_secrets_and_wait_for_repair`].
+#[derive(Debug)]
+pub struct Repairs {
+    pub ca_deleted: Duration,
+    pub ca_garbage: Duration,
+    pub foreign_tls_key: Duration,
+}
+
+/// Breaks the Secrets one after the other and waits for each repair: `webhook-ca` deleted, then
+/// replaced by garbage (each time a new CA, staged), then `webhook-tls` given a key that is not its
+/// certificate's (a matching pair again, from the same CA).
+pub async fn break_secrets_and_wait_for_repair(
+    client: &kube::Client,
+    secrets: &Api<Secret>,
+) -> Repairs {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use std::time::Instant;
+    let first = data(&secrets.get("webhook-ca").await.unwrap(), "ca.crt");
+
+    let started = Instant::now();
+    secrets
+        .delete("webhook-ca", &DeleteParams::default())
+        .await
+        .unwrap();
+    let second = staged_to_a_new_ca(client, secrets, &first).await;
+    let ca_deleted = started.elapsed();
+
+    let started = Instant::now();
+    let garbage = serde_json::json!({"data": {"ca.crt": "anVuaw==", "ca.key": "anVuaw=="}});
+    secrets
+        .patch(
+            "webhook-ca",
+            &PatchParams::default(),
+            &Patch::Merge(&garbage),
+        )
+        .await
+        .unwrap();
+    let third = staged_to_a_new_ca(client, secrets, &second).await;
+    let ca_garbage = started.elapsed();
+
+    let started = Instant::now();
+    let stranger = koord_webhook::certs::authority::issue_ca(Duration::from_secs(3600)).unwrap();
+    let bad_key = serde_json::json!({"stringData": {"tls.key": stranger.key_pem}});
+    secrets
+        .patch(
+            "webhook-tls",
+            &PatchParams::default(),
+            &Patch::Merge(&bad_key),
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "webhook-tls to hold a matching pair again, from the same CA",
+        || async {
+            let tls = secrets.get("webhook-tls").await.ok()?;
+            let (cert, key) = (data(&tls, "tls.crt"), data(&tls, "tls.key"));
+            (koord_webhook::certs::authority::key_matches(cert.as_bytes(), &key)
+                && bundle_certs(&tls) == vec![third.trim().to_owned()])
+            .then_some(())
+        },
+    )
+    .await;
+    Repairs {
+        ca_deleted,
+        ca_garbage,
+        foreign_tls_key: started.elapsed(),
+    }
+}

@@ -107,7 +107,10 @@ impl Ledger {
         let started = Instant::now();
         let mut seen = self.local.lock().await;
         loop {
-            let record = self.call(self.store.read()).await?;
+            let record = self
+                .call(self.store.read())
+                .await
+                .map_err(|e| unavailable(&e.to_string()))?;
             if let Some(last) = record.last.as_ref().filter(|l| l.id != change.id) {
                 let first_seen = match &*seen {
                     Some((id, at)) if *id == last.id => *at,
@@ -131,29 +134,28 @@ impl Ledger {
                     return Ok(applied);
                 }
                 // Another replica recorded a change since we read: wait for it and check again.
-                Err(r) if r.code == 409 => {
+                Err(StoreError::Conflict) => {
                     if started.elapsed() >= MAX_WAIT {
                         return Err(busy(record.last.as_ref().unwrap_or(&change)));
                     }
                 }
-                Err(r) => return Err(r),
+                Err(e) => return Err(unavailable(&e.to_string())),
             }
         }
     }
 
+    /// A store call bounded by the call timeout.
     async fn call<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, Rejection> {
-        match tokio::time::timeout(self.call_timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(StoreError::Conflict)) => Err(Rejection {
-                code: 409,
-                message: "conflict".to_owned(),
-            }),
-            Ok(Err(e)) => Err(unavailable(&e.to_string())),
-            Err(_) => Err(unavailable("the API server did not answer in time")),
-        }
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.call_timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Other(
+                    "the API server did not answer in time".to_owned(),
+                ))
+            })
     }
 }
 

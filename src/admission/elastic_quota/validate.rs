@@ -8,7 +8,7 @@
 
 use kube::core::admission::Operation;
 
-use super::ledger::change_of;
+use super::ledger::{PendingChange, change_of};
 use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
@@ -24,25 +24,15 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
         let dry_run = ctx.request.dry_run;
-        // An update the tree rules ignore (status, or the child-request annotation quota
-        // evaluation writes on every admitted pod) need not wait its turn.
-        let ignored_update = matches!(
-            (ctx.operation(), ctx.old_object(), ctx.object()),
-            (Operation::Update, Some(old), Some(new)) if relevant_unchanged(old, new)
-        );
-        let change = change_of(
-            &ctx.request.uid,
-            ctx.operation(),
-            ctx.object(),
-            ctx.old_object(),
-        )
-        .filter(|_| !ignored_update);
-        match (ctx.services.quota_ledger.as_ref(), change) {
-            (Some(ledger), Some(change)) if !dry_run => Step::Pending(Box::pin(async move {
-                // The cache shows the change once the watch delivers it; nothing to apply here.
-                ledger.admit(change, ctx.cache, || check(ctx)).await?;
-                Ok(())
-            })),
+        match ctx.services.quota_ledger.as_ref().filter(|_| !dry_run) {
+            Some(ledger) => match ledger_change(ctx) {
+                Some(change) => Step::Pending(Box::pin(async move {
+                    // The cache shows the change once the watch delivers it; nothing to apply here.
+                    ledger.admit(change, ctx.cache, || check(ctx)).await?;
+                    Ok(())
+                })),
+                None => check(ctx).map(|_| ()).into(),
+            },
             _ => {
                 // Checked and applied under one write lock: racing admissions see each other.
                 let mut topology = ctx.cache.topology_mut();
@@ -56,6 +46,25 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
             }
         }
     }
+}
+
+/// The change the ledger records for this request; `None` for one that changes nothing the tree
+/// rules read (an update of status, or of the child-request annotation quota evaluation writes on
+/// every admitted pod), which need not wait its turn.
+fn ledger_change(ctx: &Ctx<'_, ElasticQuota>) -> Option<PendingChange> {
+    if let (Operation::Update, Some(old), Some(new)) =
+        (ctx.operation(), ctx.old_object(), ctx.object())
+    {
+        if relevant_unchanged(old, new) {
+            return None;
+        }
+    }
+    change_of(
+        &ctx.request.uid,
+        ctx.operation(),
+        ctx.object(),
+        ctx.old_object(),
+    )
 }
 
 /// What an accepted change does to the tree.
