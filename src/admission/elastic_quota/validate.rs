@@ -54,10 +54,9 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
 fn ledger_change(ctx: &Ctx<'_, ElasticQuota>) -> Option<PendingChange> {
     if let (Operation::Update, Some(old), Some(new)) =
         (ctx.operation(), ctx.old_object(), ctx.object())
+        && relevant_unchanged(old, new)
     {
-        if relevant_unchanged(old, new) {
-            return None;
-        }
+        return None;
     }
     change_of(
         &ctx.request.uid,
