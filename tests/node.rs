@@ -18,7 +18,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::certs::{MUTATING, VALIDATING, break_secrets_and_wait_for_repair, bundles};
+use support::certs::{
+    MUTATING, VALIDATING, break_secrets_and_wait_for_repair, bundles, data, staged_to_a_new_ca,
+};
 use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
 use support::operator::{colocation_and_qos_rules_apply, eventually};
 use support::tls_client::{Proto, connect};
@@ -102,6 +104,9 @@ async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bund
         "--renew-fraction=0.5",
         "--ca-rotation-grace=5s",
         "--ca-publish-settle=1s",
+        // A CA issued from now on lives 80 s and is rotated, staged, at half-life: the broken
+        // Secrets below give a new one, and the planned rotation of that one follows them.
+        "--ca-validity=80s",
     ]
     .map(|a| json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a}));
     let args = serde_json::to_string(&args).unwrap();
@@ -168,6 +173,66 @@ async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bund
     eprintln!("broken Secrets repaired after: {repairs:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     no_failed_admissions(load, "webhook-ca deleted, garbage, a mismatched tls.key").await;
+
+    // The planned rotation of the CA the last repair issued (80 s lifetime, due at 40 s), under
+    // the same load: old and new trusted together, then the new one alone on every entry.
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
+    let started = std::time::Instant::now();
+    let rotated = staged_to_a_new_ca(client, &secrets, &repairs.ca).await;
+    eprintln!(
+        "planned CA rotation done {:?} after the repairs",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    no_failed_admissions(load, "planned CA rotation").await;
+    assert_ne!(rotated.trim(), repairs.ca.trim());
+}
+
+/// kube-apiserver stopped and started again under steady load. Creates sent while it is down or
+/// starting fail at the client for want of an API server; none may fail in admission (a webhook
+/// call error or a denial), and afterwards the operator is back: a leader, every entry's caBundle
+/// the CA in `webhook-ca`, two Ready replicas, admission answering.
+async fn apiserver_restart_fails_no_admission(node: &Node, client: &kube::Client) {
+    use k8s_openapi::api::core::v1::Secret;
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = std::time::Instant::now();
+    node.restart_apiserver().await;
+    let down_for = started.elapsed();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    eventually(
+        Duration::from_secs(90),
+        "a leader, two Ready replicas and every caBundle the stored CA",
+        || async {
+            let ca = data(&secrets.get("webhook-ca").await.ok()?, "ca.crt");
+            let in_sync = bundles(client)
+                .await
+                .iter()
+                .all(|b| String::from_utf8_lossy(b).trim() == ca.trim());
+            let ready_replicas = replicas(client).await.iter().filter(|p| ready(p)).count();
+            (in_sync && ready_replicas == 2 && leader(client).await.is_some()).then_some(())
+        },
+    )
+    .await;
+    let recovered = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (sent, failures) = load.stop().await;
+    let (admission, unavailable): (Vec<_>, Vec<_>) =
+        failures.into_iter().partition(|e| e.contains("webhook"));
+    eprintln!(
+        "kube-apiserver restart: ready again after {down_for:?}, operator whole after \
+         {recovered:?}; {sent} creates sent, {} failed for want of an API server, {} in admission",
+        unavailable.len(),
+        admission.len()
+    );
+    assert!(sent > 0);
+    assert!(
+        admission.is_empty(),
+        "{} of {sent} creates failed in admission across the restart, e.g. {:?}",
+        admission.len(),
+        &admission[..admission.len().min(5)]
+    );
+    colocation_and_qos_rules_apply(client, Duration::from_secs(20)).await;
 }
 
 /// The restarts of each replica's container and the reason its last run ended, by Pod name.
@@ -613,6 +678,9 @@ async fn installed_from_the_manifests_on_a_real_node() {
         bundles(&client).await.iter().all(|b| *b == bundle),
         "the upgrade kept the CA"
     );
+
+    // --- kube-apiserver restarted under steady admission load.
+    apiserver_restart_fails_no_admission(&node, &client).await;
 
     // --- Last, since it changes the replicas' flags: 20 serving certificate rotations under steady
     // admission load (replicas rolled to a 6 s lifetime renewed at half-life, webhook-tls reissued

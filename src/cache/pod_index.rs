@@ -6,6 +6,7 @@
 
 use crate::apis::meta::label;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -50,6 +51,9 @@ impl Pods {
 pub struct PodIndex {
     pods: RwLock<Pods>,
     ready: watch::Sender<bool>,
+    /// Deletions and completed relists seen: the leader's `child-request` recount asks whether
+    /// pods went away since its last pass before it lists them all again.
+    departures: AtomicU64,
 }
 
 impl Default for PodIndex {
@@ -57,6 +61,7 @@ impl Default for PodIndex {
         Self {
             pods: RwLock::default(),
             ready: watch::Sender::new(false),
+            departures: AtomicU64::new(0),
         }
     }
 }
@@ -89,6 +94,7 @@ impl PodIndex {
             Event::Delete(pod) => {
                 let (key, _) = pods.entry(pod);
                 pods.by_key.remove(&key);
+                self.departures.fetch_add(1, Ordering::Relaxed);
             }
             Event::Init => pods.relisting = Some(HashMap::new()),
             Event::InitApply(pod) => {
@@ -101,6 +107,8 @@ impl PodIndex {
                     let named: HashSet<Arc<str>> =
                         pods.by_key.values().flatten().cloned().collect();
                     pods.quota_names = named;
+                    // Pods deleted while the watch was down show only as missing from the list.
+                    self.departures.fetch_add(1, Ordering::Relaxed);
                 }
                 drop(pods);
                 self.ready.send_replace(true);
@@ -118,6 +126,11 @@ impl PodIndex {
         let mut ready = self.ready.subscribe();
         // The sender lives as long as `self`, so this cannot fail while we borrow it.
         let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// Grows with every pod deletion and completed relist.
+    pub fn departures(&self) -> u64 {
+        self.departures.load(Ordering::Relaxed)
     }
 
     pub fn len(&self) -> usize {
@@ -178,7 +191,9 @@ mod tests {
         // Relabelled, then deleted.
         index.apply(&Event::Apply(pod("a", "p2", Some("q2"))));
         assert_eq!(index.labelled_for_quota("q1"), ["p1"]);
+        assert_eq!(index.departures(), 0);
         index.apply(&Event::Delete(pod("b", "p1", Some("q1"))));
+        assert_eq!(index.departures(), 1);
         assert!(index.labelled_for_quota("q1").is_empty());
         assert_eq!(index.len(), 2);
     }

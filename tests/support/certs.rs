@@ -100,6 +100,8 @@ pub struct Repairs {
     pub ca_deleted: Duration,
     pub ca_garbage: Duration,
     pub foreign_tls_key: Duration,
+    /// The CA in place at the end (PEM).
+    pub ca: String,
 }
 
 /// Breaks the Secrets one after the other and waits for each repair: `webhook-ca` deleted, then
@@ -161,5 +163,6 @@ pub async fn break_secrets_and_wait_for_repair(
         ca_deleted,
         ca_garbage,
         foreign_tls_key: started.elapsed(),
+        ca: third,
     }
 }

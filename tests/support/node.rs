@@ -74,6 +74,21 @@ impl Node {
         assert!(status.success(), "loading {name} into the node failed");
     }
 
+    /// Stops kube-apiserver and starts it again; returns once its /readyz answers.
+    pub async fn restart_apiserver(&self) {
+        let out = tokio::process::Command::new(repo("scripts/cluster"))
+            .arg("restart-apiserver")
+            .arg(self.dir.path())
+            .output()
+            .await
+            .expect("scripts/cluster runs");
+        assert!(
+            out.status.success(),
+            "restarting kube-apiserver failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// A kube client from inside the namespace. Moves the calling thread there for good.
     pub async fn client(&self) -> kube::Client {
         let netns = std::fs::read_to_string(self.dir.path().join("netns")).unwrap();
