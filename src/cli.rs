@@ -259,7 +259,7 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
 #[derive(Args, Debug)]
 pub struct RuleFlags {
     /// Namespace of the slo-controller ConfigMap.
-    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE", default_value = crate::install::NAMESPACE)]
+    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE", default_value = crate::names::NAMESPACE)]
     pub config_namespace: String,
     /// Name of the slo-controller ConfigMap.
     #[arg(long, env = "KOORD_WEBHOOK_SLO_CONFIG_NAME", default_value = DEFAULT_SLO_CONFIG_NAME)]
@@ -271,7 +271,7 @@ pub struct RuleFlags {
     #[arg(long, env = "KOORD_WEBHOOK_MAX_AMPLIFICATION_RATIO", default_value_t = DEFAULT_MAX_AMPLIFICATION_RATIO, value_parser = parse_max_ratio)]
     pub max_amplification_ratio: f64,
     /// Namespace of the ConfigMap of required-label rules (EnablePodEnhancedValidator).
-    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE", default_value = crate::install::NAMESPACE)]
+    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE", default_value = crate::names::NAMESPACE)]
     pub pod_enhanced_validator_config_namespace: String,
     /// Name of that ConfigMap.
     #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]

@@ -34,8 +34,7 @@ pub struct Env {
 #[derive(Clone, Default)]
 pub struct Services {
     /// Where quota evaluation records what it admitted (spec 2.6).
-    pub quota_store:
-        Option<std::sync::Arc<dyn crate::admission::elastic_quota::quota_store::QuotaStore>>,
+    pub quota_store: Option<std::sync::Arc<dyn crate::admission::pod::quota::store::QuotaStore>>,
     /// Where ElasticQuota changes are serialised across replicas (cluster mode).
     pub quota_ledger: Option<std::sync::Arc<crate::admission::elastic_quota::ledger::Ledger>>,
     /// The random source of colocation profile probabilities (default: the system's).

@@ -1,6 +1,6 @@
 //! Settings of the admission rules that come from flags rather than from the cluster.
 
-use crate::install::NAMESPACE;
+use crate::names::NAMESPACE;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {

@@ -17,8 +17,8 @@ use serde::de::DeserializeOwned;
 
 use super::{CacheWriter, QuotaInfo, QuotaTopology, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
-use crate::install::NAMESPACE;
 use crate::metrics::KindLabels;
+use crate::names::NAMESPACE;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 
 /// Feeds one watch into `apply` until the stream ends (never, in practice), counting broken

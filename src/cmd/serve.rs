@@ -9,21 +9,22 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::admission::elastic_quota::ledger::Ledger;
-use crate::admission::elastic_quota::quota_store::QuotaStore;
+use crate::admission::pod::quota::store::QuotaStore;
 use crate::admission::{Admission, Services};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
 use crate::controller::certificates::CertPolicy;
 use crate::controller::leader::LeaseTimings;
-use crate::controller::quota_ledger::KubeLedgerStore;
-use crate::controller::quota_store::KubeQuotaStore;
 use crate::controller::webhook_configs::Desired;
 use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
-use crate::install::{NAMESPACE, SERVICE_NAME, WebhookTarget};
+use crate::install::WebhookTarget;
 use crate::metrics::{CertLabels, Metrics};
+use crate::names::{NAMESPACE, SERVICE_NAME};
 use crate::server::{self, Readiness, Shared};
+use crate::stores::quota::KubeQuotaStore;
+use crate::stores::quota_ledger::KubeLedgerStore;
 use crate::tls::CertResolver;
 use crate::tls::files::PairFiles;
 

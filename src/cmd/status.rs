@@ -17,8 +17,8 @@ use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, R
 use crate::certs::authority;
 use crate::controller::secrets::{self, PHASE_ANNOTATION};
 use crate::controller::webhook_configs;
-use crate::install::NAMESPACE;
-use crate::install::rbac::{LEASE_NAME, SECRET_TLS};
+use crate::names::NAMESPACE;
+use crate::names::{LEASE, SECRET_TLS};
 
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
@@ -57,7 +57,7 @@ where
 pub async fn collect(client: &Client) -> anyhow::Result<Status> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let leader = leases
-        .get_opt(LEASE_NAME)
+        .get_opt(LEASE)
         .await
         .context("cannot reach the cluster")?
         .and_then(|l| l.spec?.holder_identity)

@@ -23,9 +23,9 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::apis::all_crds;
-use crate::install::rbac::{LEASE_NAME, SECRET_CA, SECRET_TLS};
-use crate::install::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
-use crate::install::{APP_NAME, NAMESPACE, SERVICE_NAME, selector};
+use crate::names::{APP_NAME, NAMESPACE, SERVICE_NAME, selector};
+use crate::names::{LEASE, SECRET_CA, SECRET_TLS};
+use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -83,12 +83,12 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     // 2. The webhook configurations: from now on the API server calls no webhook of ours.
     delete(
         &Api::<MutatingWebhookConfiguration>::all(client.clone()),
-        MUTATING_NAME,
+        MUTATING_CONFIGURATION,
     )
     .await?;
     delete(
         &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        VALIDATING_NAME,
+        VALIDATING_CONFIGURATION,
     )
     .await?;
 
@@ -106,11 +106,7 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     delete(&secrets, SECRET_TLS).await?;
     delete(&secrets, SECRET_CA).await?;
-    delete(
-        &Api::<Lease>::namespaced(client.clone(), NAMESPACE),
-        LEASE_NAME,
-    )
-    .await?;
+    delete(&Api::<Lease>::namespaced(client.clone(), NAMESPACE), LEASE).await?;
     delete(
         &Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE),
         APP_NAME,

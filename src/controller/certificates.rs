@@ -11,11 +11,12 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 
 use super::secrets::{self, CaState, Phase, TlsState};
-use super::webhook_configs::{self, Desired, FIELD_MANAGER};
+use super::webhook_configs::{self, Desired};
 use crate::certs::{CertError, PemPair, authority};
-use crate::install::NAMESPACE;
-use crate::install::rbac::{SECRET_CA, SECRET_TLS};
 use crate::metrics::{CertLabels, KindLabels, Metrics};
+use crate::names::FIELD_MANAGER;
+use crate::names::NAMESPACE;
+use crate::names::{SECRET_CA, SECRET_TLS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IssueError {

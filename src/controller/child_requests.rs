@@ -9,18 +9,26 @@
 //! is recounted only when evaluation has not written it for `quiet` (longer than any admission takes
 //! to be stored or refused), and written with the resourceVersion read after the pods were listed:
 //! an admission in between makes the write a conflict, and the quota waits for the next pass.
+//!
+//! Listing every pod of a large cluster every few seconds would load the API server for nothing: a
+//! recount can only change something after evaluation wrote a quota or a pod went away. So after a
+//! pass that found everything right, the next one lists pods only once the cache shows either (a
+//! quota's evaluation annotations changed, a pod deleted), or after `FULL_EVERY` regardless (pods
+//! that ended but are not deleted yet, a resize).
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
 use super::leader::Leadership;
-use crate::admission::elastic_quota::evaluation::{CHILD_REQUEST, CHILD_REQUEST_UPDATED, Ledger};
-use crate::admission::elastic_quota::pod_evaluation::{charged_requests, evaluated_quota};
-use crate::admission::elastic_quota::pod_quota::pod_namespace;
+use crate::admission::pod::quota::evaluation::{charged_requests, evaluated_quota};
+use crate::admission::pod::quota::evaluator::{
+    CHILD_REQUEST, CHILD_REQUEST_UPDATED, ChildRequests,
+};
+use crate::admission::pod::quota::pod_namespace;
 use crate::apis::ElasticQuota;
 use crate::apis::meta::annotation;
 use crate::cache::Cache;
@@ -29,6 +37,28 @@ use crate::resources::Resources;
 
 /// Pods per page when listing them all.
 const PAGE: u32 = 500;
+
+/// The longest a recount waits without a sign of change.
+const FULL_EVERY: Duration = Duration::from_secs(600);
+
+/// What the cache shows of the things a recount follows: pod departures, and each pod-limiting
+/// quota's evaluation annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    departures: u64,
+    quotas: Vec<(String, Option<String>, Option<String>)>,
+}
+
+/// When the last pass that found every quota right ran, and what the cache showed before it.
+struct Clean {
+    marker: Marker,
+    at: Instant,
+}
+
+/// Whether a pass must list the pods: never a clean one, or something changed since, or it is old.
+fn due(last: Option<&Clean>, now: &Marker, at: Instant) -> bool {
+    last.is_none_or(|c| c.marker != *now || at.duration_since(c.at) >= FULL_EVERY)
+}
 
 pub struct Recount {
     pub client: Client,
@@ -49,19 +79,54 @@ pub struct Pass {
 impl Recount {
     pub async fn run(self) {
         let interval = (self.quiet / 2).max(Duration::from_secs(1));
+        let mut last_clean: Option<Clean> = None;
         loop {
             tokio::time::sleep(interval).await;
             if !self.leadership.is_leader() {
+                last_clean = None;
+                continue;
+            }
+            let marker = self.marker();
+            let now = Instant::now();
+            if !due(last_clean.as_ref(), &marker, now) {
                 continue;
             }
             match tokio::time::timeout(Duration::from_secs(60), self.pass()).await {
                 Ok(Ok(pass)) if !pass.corrected.is_empty() => {
                     tracing::info!(quotas = ?pass.corrected, "child-request recounted from the pods")
                 }
+                Ok(Ok(pass)) if pass.left_busy == 0 => {
+                    last_clean = Some(Clean { marker, at: now });
+                }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "child-request recount failed"),
                 Err(_) => tracing::warn!("child-request recount timed out"),
             }
+        }
+    }
+
+    /// What the cache shows now of the things a recount follows.
+    pub fn marker(&self) -> Marker {
+        let mut quotas: Vec<_> = self
+            .cache
+            .elastic_quotas
+            .state()
+            .iter()
+            .filter(|q| ChildRequests::read(q).is_ok_and(|l| l.limits_pods()))
+            .map(|q| {
+                let key = format!(
+                    "{}/{}",
+                    q.metadata.namespace.as_deref().unwrap_or_default(),
+                    q.metadata.name.as_deref().unwrap_or_default()
+                );
+                let text = |k| annotation(&**q, k).map(str::to_owned);
+                (key, text(CHILD_REQUEST_UPDATED), text(CHILD_REQUEST))
+            })
+            .collect();
+        quotas.sort();
+        Marker {
+            departures: self.cache.pods.departures(),
+            quotas,
         }
     }
 
@@ -72,7 +137,7 @@ impl Recount {
             .elastic_quotas
             .state()
             .into_iter()
-            .filter(|q| Ledger::read(q).is_ok_and(|l| l.limits_pods()))
+            .filter(|q| ChildRequests::read(q).is_ok_and(|l| l.limits_pods()))
             .collect();
         let mut pass = Pass::default();
         if quotas.is_empty() {
@@ -92,12 +157,12 @@ impl Recount {
             let Some(mut quota) = api.get_opt(&name).await? else {
                 continue;
             };
-            let Ok(ledger) = Ledger::read(&quota) else {
+            let Ok(account) = ChildRequests::read(&quota) else {
                 continue;
             };
             let usage = counted
                 .get(&name)
-                .map(|r| ledger.usage_of(r))
+                .map(|r| account.usage_of(r))
                 .unwrap_or_default();
             let mut recorded = annotation(&quota, CHILD_REQUEST)
                 .and_then(|j| Resources::parse_json(j).ok())
@@ -154,5 +219,32 @@ impl Recount {
                 None => return Ok(by_quota),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(departures: u64, updated: &str) -> Marker {
+        Marker {
+            departures,
+            quotas: vec![("ns/q".into(), Some(updated.into()), Some("{}".into()))],
+        }
+    }
+
+    #[test]
+    fn lists_pods_again_only_after_a_change_or_a_long_quiet() {
+        let t0 = Instant::now();
+        assert!(due(None, &marker(0, "a"), t0), "no clean pass yet");
+        let clean = Clean {
+            marker: marker(0, "a"),
+            at: t0,
+        };
+        let soon = t0 + Duration::from_secs(30);
+        assert!(!due(Some(&clean), &marker(0, "a"), soon));
+        assert!(due(Some(&clean), &marker(1, "a"), soon), "a pod deleted");
+        assert!(due(Some(&clean), &marker(0, "b"), soon), "evaluation wrote");
+        assert!(due(Some(&clean), &marker(0, "a"), t0 + FULL_EVERY));
     }
 }

@@ -28,8 +28,8 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::install::NAMESPACE;
-use crate::install::rbac::LEASE_NAME;
+use crate::names::LEASE;
+use crate::names::NAMESPACE;
 
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseTimings {
@@ -240,7 +240,7 @@ impl Election {
         identity: &str,
     ) -> kube::Result<bool> {
         let lease_seconds = self.timings.lease.as_secs().max(1) as i32;
-        let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+        let Some(mut lease) = api.get_opt(LEASE).await? else {
             let spec = LeaseSpec {
                 holder_identity: Some(identity.to_owned()),
                 lease_duration_seconds: Some(lease_seconds),
@@ -251,7 +251,7 @@ impl Election {
             };
             let lease = Lease {
                 metadata: ObjectMeta {
-                    name: Some(LEASE_NAME.to_owned()),
+                    name: Some(LEASE.to_owned()),
                     namespace: Some(NAMESPACE.to_owned()),
                     ..Default::default()
                 },
@@ -280,10 +280,7 @@ impl Election {
         spec.lease_duration_seconds = Some(lease_seconds);
         let record = Record::of(spec);
         // The resourceVersion read goes with the update: of two candidates only one wins.
-        match api
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
-            .await
-        {
+        match api.replace(LEASE, &PostParams::default(), &lease).await {
             Ok(_) => {
                 self.observe(record);
                 Ok(true)
@@ -359,7 +356,7 @@ impl Election {
 
 /// Gives the Lease up so a follower takes over without waiting for it to expire.
 pub async fn release(api: &Api<Lease>, identity: &str) -> kube::Result<()> {
-    let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+    let Some(mut lease) = api.get_opt(LEASE).await? else {
         return Ok(());
     };
     let spec = lease.spec.get_or_insert_with(Default::default);
@@ -369,8 +366,7 @@ pub async fn release(api: &Api<Lease>, identity: &str) -> kube::Result<()> {
     spec.holder_identity = None;
     spec.renew_time = None;
     spec.acquire_time = None;
-    api.replace(LEASE_NAME, &PostParams::default(), &lease)
-        .await?;
+    api.replace(LEASE, &PostParams::default(), &lease).await?;
     Ok(())
 }
 

@@ -5,8 +5,6 @@
 pub mod certificates;
 pub mod child_requests;
 pub mod leader;
-pub mod quota_ledger;
-pub mod quota_store;
 pub mod secrets;
 pub mod webhook_configs;
 
@@ -25,10 +23,10 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
 
 use crate::certs::authority;
-use crate::install::rbac::{SECRET_CA, SECRET_TLS};
-use crate::install::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
-use crate::install::{NAMESPACE, SERVICE_NAME};
 use crate::metrics::ConfigurationLabels;
+use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+use crate::names::{NAMESPACE, SERVICE_NAME};
+use crate::names::{SECRET_CA, SECRET_TLS};
 use crate::server::Shared;
 use certificates::{CertPolicy, Issuer, Next};
 use leader::{Leadership, LeaseTimings};
@@ -227,13 +225,13 @@ async fn watch_configurations(client: Client, kick: Arc<Notify>) {
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client);
     let m = watcher::watcher(
         mutating,
-        watcher::Config::default().fields(&format!("metadata.name={MUTATING_NAME}")),
+        watcher::Config::default().fields(&format!("metadata.name={MUTATING_CONFIGURATION}")),
     )
     .default_backoff()
     .map(|e| e.map(|_| ()));
     let v = watcher::watcher(
         validating,
-        watcher::Config::default().fields(&format!("metadata.name={VALIDATING_NAME}")),
+        watcher::Config::default().fields(&format!("metadata.name={VALIDATING_CONFIGURATION}")),
     )
     .default_backoff()
     .map(|e| e.map(|_| ()));
@@ -325,7 +323,7 @@ async fn check_readiness(
                 authority::verify_serving(&pair.cert_pem, bundle, &config.verify_host)
             }
         };
-        for configuration in [MUTATING_NAME, VALIDATING_NAME] {
+        for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {
             metrics
                 .ca_bundle_in_sync
                 .get_or_create(&ConfigurationLabels { configuration })

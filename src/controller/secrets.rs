@@ -12,10 +12,8 @@ use kube::api::ObjectMeta;
 
 use crate::certs::PemPair;
 use crate::certs::authority;
-use crate::install::NAMESPACE;
-use crate::install::rbac::{SECRET_CA, SECRET_TLS};
+use crate::names::{MANAGED_BY, NAMESPACE, SECRET_CA, SECRET_TLS};
 
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "koord-webhook");
 pub const PHASE_ANNOTATION: &str = "koord-webhook/ca-rotation-phase";
 pub const PHASE_SINCE_ANNOTATION: &str = "koord-webhook/ca-rotation-phase-since";
 pub const CA_NOT_AFTER_ANNOTATION: &str = "koord-webhook/ca-not-after";

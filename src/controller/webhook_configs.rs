@@ -20,10 +20,9 @@ use serde_json::{Value, json};
 use super::certificates::IssueError;
 use super::leader::Leadership;
 use crate::features::FeatureGates;
-use crate::install::webhook_configurations::{self, MUTATING_NAME, VALIDATING_NAME};
+use crate::install::webhook_configurations;
 use crate::install::{ClientConfigMode, WebhookTarget};
-
-pub const FIELD_MANAGER: &str = "koord-webhook";
+use crate::names::{FIELD_MANAGER, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 /// The parts of an entry the operator reads and decides.
 #[derive(Debug)]
@@ -72,12 +71,12 @@ macro_rules! configuration {
 
 configuration!(
     MutatingWebhookConfiguration,
-    MUTATING_NAME,
+    MUTATING_CONFIGURATION,
     webhook_configurations::mutating
 );
 configuration!(
     ValidatingWebhookConfiguration,
-    VALIDATING_NAME,
+    VALIDATING_CONFIGURATION,
     webhook_configurations::validating
 );
 
@@ -228,11 +227,11 @@ pub async fn published_entries(
 ) -> kube::Result<[(&'static str, Option<Vec<PublishedEntry>>); 2]> {
     Ok([
         (
-            MUTATING_NAME,
+            MUTATING_CONFIGURATION,
             published::<MutatingWebhookConfiguration>(client).await?,
         ),
         (
-            VALIDATING_NAME,
+            VALIDATING_CONFIGURATION,
             published::<ValidatingWebhookConfiguration>(client).await?,
         ),
     ])

@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::{APP_NAME, InstallOptions, NAMESPACE, SELECTOR_LABEL, SERVICE_NAME, app_labels};
+use super::InstallOptions;
+use crate::names::{APP_NAME, NAMESPACE, SELECTOR_LABEL, SERVICE_NAME, app_labels};
 
 const PORT: i32 = 9443;
 const METRICS_PORT: i32 = 8080;

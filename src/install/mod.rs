@@ -11,23 +11,14 @@ use serde::Serialize;
 
 use crate::apis::all_crds;
 use crate::features::FeatureGates;
+use crate::names::{NAMESPACE, app_labels};
 pub use webhook_configurations::{ClientConfigMode, WebhookTarget};
 
-pub const NAMESPACE: &str = "koordinator-system";
-pub const APP_NAME: &str = "koord-webhook";
-pub const SERVICE_NAME: &str = "koordinator-webhook-service";
 /// The image the manifests name: tag = crate version (`scripts/image` builds it under this name).
 pub const DEFAULT_IMAGE: &str = concat!(
     "ghcr.io/koord-webhook/koord-webhook:",
     env!("CARGO_PKG_VERSION")
 );
-/// The label that selects the replicas (Deployment, Service, PodDisruptionBudget).
-pub const SELECTOR_LABEL: &str = "app.kubernetes.io/name";
-
-/// `SELECTOR_LABEL=APP_NAME`, as a label selector string.
-pub fn selector() -> String {
-    format!("{SELECTOR_LABEL}={APP_NAME}")
-}
 
 /// What `koord-webhook manifests` renders.
 #[derive(Debug, Clone)]
@@ -35,17 +26,6 @@ pub struct InstallOptions {
     pub image: String,
     pub gates: FeatureGates,
     pub target: WebhookTarget,
-}
-
-pub fn app_labels() -> std::collections::BTreeMap<String, String> {
-    [
-        (SELECTOR_LABEL.to_owned(), APP_NAME.to_owned()),
-        (
-            "app.kubernetes.io/part-of".to_owned(),
-            "koordinator".to_owned(),
-        ),
-    ]
-    .into()
 }
 
 /// The whole install file as multi-document YAML.

@@ -6,14 +6,10 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube::api::ObjectMeta;
 
-use super::webhook_configurations::{MUTATING_NAME, VALIDATING_NAME};
-use super::{APP_NAME, NAMESPACE, app_labels};
-
-pub const SECRET_TLS: &str = "webhook-tls";
-pub const SECRET_CA: &str = "webhook-ca";
-pub const LEASE_NAME: &str = "koord-webhook";
-/// The ConfigMap through which replicas admit ElasticQuota changes one at a time.
-pub const QUOTA_LEDGER: &str = "koord-webhook-quota-ledger";
+use crate::names::{
+    APP_NAME, LEASE, MUTATING_CONFIGURATION, NAMESPACE, QUOTA_LEDGER, SECRET_CA, SECRET_TLS,
+    VALIDATING_CONFIGURATION, app_labels,
+};
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     ObjectMeta {
@@ -81,7 +77,7 @@ pub fn cluster_role() -> ClusterRole {
                     "validatingwebhookconfigurations",
                 ],
                 &["get", "list", "watch", "create", "update", "patch"],
-                &[MUTATING_NAME, VALIDATING_NAME],
+                &[MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION],
             ),
         ]),
         aggregation_rule: None,
@@ -148,7 +144,7 @@ pub fn role() -> Role {
                 &["coordination.k8s.io"],
                 &["leases"],
                 &["get", "update", "patch"],
-                &[LEASE_NAME],
+                &[LEASE],
             ),
             rule(
                 &["", "events.k8s.io"],

@@ -9,12 +9,12 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 
-use super::{NAMESPACE, SERVICE_NAME, app_labels};
 use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookKind, WebhookSpec};
 use crate::features::FeatureGates;
+use crate::names::{
+    MUTATING_CONFIGURATION, NAMESPACE, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels,
+};
 
-pub const MUTATING_NAME: &str = "koordinator-mutating-webhook-configuration";
-pub const VALIDATING_NAME: &str = "koordinator-validating-webhook-configuration";
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 10;
 
 /// How the API server reaches the webhook.
@@ -161,7 +161,7 @@ pub fn mutating(
         })
         .collect();
     MutatingWebhookConfiguration {
-        metadata: metadata(MUTATING_NAME),
+        metadata: metadata(MUTATING_CONFIGURATION),
         webhooks: Some(webhooks),
     }
 }
@@ -188,7 +188,7 @@ pub fn validating(
         })
         .collect();
     ValidatingWebhookConfiguration {
-        metadata: metadata(VALIDATING_NAME),
+        metadata: metadata(VALIDATING_CONFIGURATION),
         webhooks: Some(webhooks),
     }
 }

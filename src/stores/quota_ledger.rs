@@ -10,9 +10,9 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use crate::admission::elastic_quota::ledger::{LedgerRecord, LedgerStore, PendingChange};
-use crate::admission::elastic_quota::quota_store::StoreError;
-use crate::install::rbac::QUOTA_LEDGER;
-use crate::install::{NAMESPACE, app_labels};
+use crate::admission::pod::quota::store::StoreError;
+use crate::names::QUOTA_LEDGER;
+use crate::names::{NAMESPACE, app_labels};
 
 const KEY: &str = "last-change";
 const FIELD_MANAGER: &str = "koord-webhook";

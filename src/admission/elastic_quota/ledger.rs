@@ -25,8 +25,8 @@ use kube::runtime::reflector::ObjectRef;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::quota_store::StoreError;
 use crate::admission::outcome::Rejection;
+use crate::admission::pod::quota::store::StoreError;
 use crate::apis::ElasticQuota;
 use crate::cache::Cache;
 

@@ -3,13 +3,7 @@
 
 pub mod debug;
 mod defaults;
-pub mod evaluation;
 pub mod ledger;
-pub mod pod_evaluation;
-pub mod pod_quota;
-pub mod pod_topology_check;
-pub mod quota_store;
-mod replace_resources;
 mod self_checks;
 pub mod tree_checks;
 mod validate;

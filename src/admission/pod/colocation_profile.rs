@@ -36,9 +36,9 @@ impl Mutator<Pod> for ApplyColocationProfiles {
 }
 
 fn apply(ctx: &Ctx<'_, Pod>, pod: &mut Pod) -> PluginResult {
-    let namespace = super::namespace_of(ctx, pod);
+    let namespace = super::pod_namespace(pod, ctx.request.namespace.as_deref());
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let profiles = colocation::matching_profiles(ctx.cache, &labels, Some(&namespace));
+    let profiles = colocation::matching_profiles(ctx.cache, &labels, Some(namespace));
     if profiles.is_empty() {
         return Ok(());
     }

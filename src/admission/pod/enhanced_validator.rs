@@ -54,8 +54,8 @@ impl Validator<Pod> for EnhancedValidator {
         if labels.get(SKIP_ENHANCED_VALIDATION).map(String::as_str) == Some("true") {
             return Ok(()).into();
         }
-        let namespace = super::namespace_of(ctx, pod);
-        check(&rules, &namespace, &labels)
+        let namespace = super::pod_namespace(pod, ctx.request.namespace.as_deref());
+        check(&rules, namespace, &labels)
             .map_err(Rejection::invalid)
             .into()
     }

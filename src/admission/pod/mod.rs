@@ -9,14 +9,15 @@ mod enhanced_validator;
 mod extended_resource_spec;
 mod forbidden_reserve_pod;
 mod multi_quota_tree;
+pub mod quota;
 mod reservation_affinity;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::chain::{Ctx, Mutator, Validator};
-use super::elastic_quota::pod_evaluation::QuotaEvaluation;
-use super::elastic_quota::pod_topology_check::PodQuotaTopologyCheck;
+use super::chain::{Mutator, Validator};
 use super::skip_fields::SkipFields;
+use quota::evaluation::QuotaEvaluation;
+use quota::topology_check::PodQuotaTopologyCheck;
 
 pub fn mutators() -> Vec<Box<dyn Mutator<Pod>>> {
     vec![
@@ -67,13 +68,14 @@ pub static UNTOUCHED_BY_PLUGINS: SkipFields = SkipFields(&[
     ("ObjectMeta", &["managedFields"]),
 ]);
 
-/// The pod's namespace, or the request's when the object has none (spec 1.1 and 0.1).
-pub fn namespace_of<T: kube::Resource>(ctx: &Ctx<'_, T>, pod: &Pod) -> String {
+/// The pod's namespace, or the request's when the object has none (a pod created through a
+/// controller often leaves it empty: the API server fills it in after admission).
+pub fn pod_namespace<'a>(pod: &'a Pod, request_namespace: Option<&'a str>) -> &'a str {
     pod.metadata
         .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .or_else(|| ctx.request.namespace.clone())
+        .as_deref()
+        .filter(|ns| !ns.is_empty())
+        .or(request_namespace)
         .unwrap_or_default()
 }
 

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::Operation;
 
-use super::evaluation::{AUDIT_CHILD_REQUEST, Evaluator, Ledger};
-use super::pod_quota::{pod_namespace, resolve_quota_name};
+use super::evaluator::{AUDIT_CHILD_REQUEST, ChildRequests, Evaluator};
 use super::replace_resources;
+use super::{pod_namespace, resolve_quota_name};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};
@@ -128,14 +128,14 @@ impl QuotaEvaluation {
             }
         };
 
-        let ledger = Ledger::read(&quota).map_err(Rejection::invalid)?;
-        if !ledger.limits_pods() {
+        let account = ChildRequests::read(&quota).map_err(Rejection::invalid)?;
+        if !account.limits_pods() {
             return Ok(());
         }
         let Some(requests) = charged_requests(pod, ctx.gates).map_err(Rejection::invalid)? else {
             return Ok(());
         };
-        let usage = ledger.usage_of(&requests);
+        let usage = account.usage_of(&requests);
         if usage.is_empty() {
             return Ok(());
         }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::quota_store::{QuotaStore, StoreError};
+use super::store::{QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
 use crate::resources::Resources;
 
@@ -61,9 +61,9 @@ const POD_RESOURCES: &[&str] = &[
     "koordinator.sh/gpu-memory-ratio",
 ];
 
-/// A quota's limit and what it has admitted so far.
+/// A quota's admission limit and what it has admitted so far (its `child-request` annotation).
 #[derive(Debug, Clone)]
-pub struct Ledger {
+pub struct ChildRequests {
     namespace: String,
     name: String,
     used: Resources,
@@ -71,7 +71,7 @@ pub struct Ledger {
     names: BTreeSet<String>,
 }
 
-impl Ledger {
+impl ChildRequests {
     pub fn read(quota: &ElasticQuota) -> Result<Self, String> {
         let used = match annotation(quota, CHILD_REQUEST) {
             Some(json) => Resources::parse_json(json)?,
@@ -181,9 +181,9 @@ impl Evaluator {
         );
         if dry_run {
             let current = self.latest(&key, quota, store.as_deref()).await?;
-            let mut ledger = Ledger::read(&current)?;
-            ledger.admit(&usage)?;
-            return Ok(ledger.used_json());
+            let mut account = ChildRequests::read(&current)?;
+            account.admit(&usage)?;
+            return Ok(account.used_json());
         }
         let (reply, answer) = oneshot::channel();
         let start_worker = {
@@ -269,19 +269,19 @@ impl Evaluator {
                 Ok(quota) => quota,
                 Err(e) => return all(e),
             };
-            let mut ledger = match Ledger::read(&quota) {
-                Ok(ledger) => ledger,
+            let mut account = match ChildRequests::read(&quota) {
+                Ok(account) => account,
                 Err(e) => return all(e),
             };
             let verdicts: Vec<Result<(), String>> =
-                batch.iter().map(|p| ledger.admit(&p.usage)).collect();
+                batch.iter().map(|p| account.admit(&p.usage)).collect();
             if verdicts.iter().all(Result::is_err) {
                 return verdicts
                     .into_iter()
                     .map(|v| v.map(|_| String::new()))
                     .collect();
             }
-            let used = ledger.used_json();
+            let used = account.used_json();
             let mut updated = quota.clone();
             updated
                 .metadata
@@ -329,7 +329,7 @@ impl Evaluator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::elastic_quota::quota_store::MemoryQuotaStore;
+    use crate::admission::pod::quota::store::MemoryQuotaStore;
     use serde_json::json;
     use std::sync::atomic::Ordering;
 
@@ -348,15 +348,16 @@ mod tests {
 
     #[test]
     fn ledger_admits_within_the_limit_and_explains_excess() {
-        let mut ledger = Ledger::read(&quota(json!({CHILD_REQUEST: r#"{"cpu":"8"}"#}))).unwrap();
-        assert!(ledger.limits_pods());
-        ledger.admit(&cpu("2")).unwrap();
-        assert_eq!(ledger.used_json(), r#"{"cpu":"10"}"#);
+        let mut account =
+            ChildRequests::read(&quota(json!({CHILD_REQUEST: r#"{"cpu":"8"}"#}))).unwrap();
+        assert!(account.limits_pods());
+        account.admit(&cpu("2")).unwrap();
+        assert_eq!(account.used_json(), r#"{"cpu":"10"}"#);
         assert_eq!(
-            ledger.admit(&cpu("500m")).unwrap_err(),
+            account.admit(&cpu("500m")).unwrap_err(),
             "exceeded quota: team/q, requested: cpu=500m, used: cpu=10, limited: cpu=10"
         );
-        let fresh = Ledger::read(&quota(json!({}))).unwrap();
+        let fresh = ChildRequests::read(&quota(json!({}))).unwrap();
         let requests = Resources::parse_json(r#"{"cpu":"1","memory":"0","gpu":"1"}"#).unwrap();
         assert_eq!(
             fresh.usage_of(&requests).describe(),
@@ -364,7 +365,8 @@ mod tests {
             "only max keys, only non-zero"
         );
         // The admission annotation replaces max as the limit when it lists something.
-        let mut limited = Ledger::read(&quota(json!({ADMISSION_LIMIT: r#"{"cpu":"1"}"#}))).unwrap();
+        let mut limited =
+            ChildRequests::read(&quota(json!({ADMISSION_LIMIT: r#"{"cpu":"1"}"#}))).unwrap();
         assert!(
             limited
                 .admit(&cpu("2"))
@@ -372,12 +374,12 @@ mod tests {
                 .contains("limited: cpu=1")
         );
         let mut unlimited_memory =
-            Ledger::read(&quota(json!({ADMISSION_LIMIT: r#"{"cpu":"1"}"#}))).unwrap();
+            ChildRequests::read(&quota(json!({ADMISSION_LIMIT: r#"{"cpu":"1"}"#}))).unwrap();
         unlimited_memory
             .admit(&Resources::parse_json(r#"{"memory":"100Gi"}"#).unwrap())
             .unwrap();
-        assert!(Ledger::read(&quota(json!({CHILD_REQUEST: "{bad"}))).is_err());
-        let used_missing = Ledger::read(&quota(json!({})))
+        assert!(ChildRequests::read(&quota(json!({CHILD_REQUEST: "{bad"}))).is_err());
+        let used_missing = ChildRequests::read(&quota(json!({})))
             .unwrap()
             .admit(&cpu("11"))
             .unwrap_err();

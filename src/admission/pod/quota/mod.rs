@@ -1,4 +1,13 @@
-//! Spec 7.4: which quota a pod belongs to.
+//! A pod and its ElasticQuota: which quota a pod belongs to, the topology check of /validate-pod
+//! (`topology_check.rs`), and quota evaluation (`evaluation.rs` the plugin, `evaluator.rs` the
+//! coalescing per-quota queue and the `child-request` record, `store.rs` where it reads and writes
+//! quotas).
+
+pub mod evaluation;
+pub mod evaluator;
+mod replace_resources;
+pub mod store;
+pub mod topology_check;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
@@ -8,15 +17,7 @@ use crate::apis::keys::{DEFAULT_QUOTA, QUOTA_NAME};
 use crate::cache::Cache;
 use crate::features::{FeatureGates, Gate};
 
-/// The pod's namespace, or the request's when the object has none (spec 0.1).
-pub fn pod_namespace<'a>(pod: &'a Pod, request_namespace: Option<&'a str>) -> &'a str {
-    pod.metadata
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty())
-        .or(request_namespace)
-        .unwrap_or_default()
-}
+pub use super::pod_namespace;
 
 pub fn resolve_quota_name(
     pod: &Pod,

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::Operation;
 
-use super::pod_quota::{pod_namespace, resolve_quota_name};
+use super::{pod_namespace, resolve_quota_name};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::{PluginResult, Rejection};
 use crate::apis::keys::DEFAULT_QUOTA;

@@ -1,0 +1,47 @@
+//! Who koord-webhook is in a cluster: the names of the objects it runs as and manages. The install
+//! manifests, the operator, the admission settings and the CLI all read them here, so that a name
+//! changes in one place (and Koordinator's own names stay, for a drop-in migration).
+
+use std::collections::BTreeMap;
+
+/// Where the replicas, their Secrets, Lease and ConfigMaps live.
+pub const NAMESPACE: &str = "koordinator-system";
+pub const APP_NAME: &str = "koord-webhook";
+/// The Service the webhook configurations point at (Koordinator's name).
+pub const SERVICE_NAME: &str = "koordinator-webhook-service";
+/// The label that selects the replicas (Deployment, Service, PodDisruptionBudget).
+pub const SELECTOR_LABEL: &str = "app.kubernetes.io/name";
+
+/// The webhook configurations (Koordinator's names).
+pub const MUTATING_CONFIGURATION: &str = "koordinator-mutating-webhook-configuration";
+pub const VALIDATING_CONFIGURATION: &str = "koordinator-validating-webhook-configuration";
+
+/// The serving pair and the CA bundle the replicas serve.
+pub const SECRET_TLS: &str = "webhook-tls";
+/// The CA (and, during a rotation, the previous one).
+pub const SECRET_CA: &str = "webhook-ca";
+/// The leader election Lease.
+pub const LEASE: &str = "koord-webhook";
+/// The ConfigMap through which replicas admit ElasticQuota changes one at a time.
+pub const QUOTA_LEDGER: &str = "koord-webhook-quota-ledger";
+
+/// The field manager of the operator's writes, and the managed-by label of what it creates.
+pub const FIELD_MANAGER: &str = "koord-webhook";
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "koord-webhook");
+
+/// `SELECTOR_LABEL=APP_NAME`, as a label selector string.
+pub fn selector() -> String {
+    format!("{SELECTOR_LABEL}={APP_NAME}")
+}
+
+/// The labels of every object the install creates.
+pub fn app_labels() -> BTreeMap<String, String> {
+    [
+        (SELECTOR_LABEL.to_owned(), APP_NAME.to_owned()),
+        (
+            "app.kubernetes.io/part-of".to_owned(),
+            "koordinator".to_owned(),
+        ),
+    ]
+    .into()
+}
