@@ -1,26 +1,37 @@
 //! Plugins and the chains that run them.
 //!
 //! A plugin is one rule: a small type implementing [`Mutator`] or [`Validator`] for the object type of
-//! its endpoint. Chains run their plugins in order, time each run into the metrics, and turn a panic
-//! into a 500 for that request alone. Mutating chains work on a copy of the object; validating chains
-//! stop at the first rejection.
+//! its endpoint. Chains run their plugins in order, time each run into the metrics, and note which
+//! plugin is running, so that the endpoint, which catches panics, can name the one that panicked.
+//! Mutating chains work on a copy of the object; validating chains stop at the first rejection.
 
-use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE};
 use std::collections::BTreeMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::core::admission::{AdmissionRequest, Operation};
 
-use super::endpoint::{Env, Services};
-use super::outcome::{PluginResult, Rejection};
+use super::env::{Env, Services};
+use super::outcome::PluginResult;
 use super::settings::Settings;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
-use crate::metrics::{Metrics, PluginLabels};
+use crate::metrics::Metrics;
+
+/// The plugin a chain is running, if any: what a caught panic is blamed on.
+#[derive(Default)]
+pub struct RunningPlugin(Mutex<Option<&'static str>>);
+
+impl RunningPlugin {
+    fn set(&self, plugin: Option<&'static str>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = plugin;
+    }
+
+    pub fn get(&self) -> Option<&'static str> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// Everything a plugin may read for one request.
 pub struct Ctx<'a, T: kube::Resource> {
@@ -30,6 +41,7 @@ pub struct Ctx<'a, T: kube::Resource> {
     pub services: &'a Services,
     pub settings: &'a Settings,
     notes: Mutex<Notes>,
+    running: &'a RunningPlugin,
 }
 
 /// Audit annotations and warnings plugins add to the response.
@@ -40,7 +52,7 @@ pub struct Notes {
 }
 
 impl<'a, T: kube::Resource> Ctx<'a, T> {
-    pub fn new(request: &'a AdmissionRequest<T>, env: &'a Env) -> Self {
+    pub fn new(request: &'a AdmissionRequest<T>, env: &'a Env, running: &'a RunningPlugin) -> Self {
         Self {
             request,
             cache: &env.cache,
@@ -48,6 +60,7 @@ impl<'a, T: kube::Resource> Ctx<'a, T> {
             services: &env.services,
             settings: &env.settings,
             notes: Mutex::default(),
+            running,
         }
     }
 
@@ -126,35 +139,23 @@ pub trait Validator<T: kube::Resource>: Send + Sync {
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, T>) -> Step<'a>;
 }
 
-/// Runs one plugin step: timed, and with a panic turned into a 500 for this request.
+/// Runs one plugin step, timed, with the plugin noted as running while it does.
 async fn run_step<'a>(
+    running: &RunningPlugin,
     metrics: &Metrics,
     webhook: &'static str,
     plugin: &'static str,
     step: impl FnOnce() -> Step<'a>,
 ) -> PluginResult {
     let start = Instant::now();
-    let result = match std::panic::catch_unwind(AssertUnwindSafe(step)) {
-        Ok(Step::Ready(result)) => Ok(result),
-        Ok(Step::Pending(future)) => AssertUnwindSafe(future).catch_unwind().await,
-        Err(panic) => Err(panic),
+    running.set(Some(plugin));
+    let result = match step() {
+        Step::Ready(result) => result,
+        Step::Pending(future) => future.await,
     };
+    running.set(None);
     metrics.observe_plugin(webhook, plugin, start.elapsed());
-    result.unwrap_or_else(|panic| {
-        metrics
-            .plugin_panics
-            .get_or_create(&PluginLabels { webhook, plugin })
-            .inc();
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_owned());
-        tracing::error!(webhook, plugin, panic = %Clipped(&what, MAX_LOGGED_MESSAGE), "plugin panicked");
-        Err(Rejection::internal(format!(
-            "internal error: plugin {plugin} failed: {what}"
-        )))
-    })
+    result
 }
 
 /// Runs the mutators in order on `object`; stops at the first rejection.
@@ -166,7 +167,7 @@ pub async fn run_mutators<T: kube::Resource>(
     webhook: &'static str,
 ) -> PluginResult {
     for plugin in plugins.iter().filter(|p| p.enabled(ctx.gates)) {
-        run_step(metrics, webhook, plugin.name(), || {
+        run_step(ctx.running, metrics, webhook, plugin.name(), || {
             plugin.mutate(ctx, object)
         })
         .await?;
@@ -182,7 +183,10 @@ pub async fn run_validators<T: kube::Resource>(
     webhook: &'static str,
 ) -> PluginResult {
     for plugin in plugins.iter().filter(|p| p.enabled(ctx.gates)) {
-        run_step(metrics, webhook, plugin.name(), || plugin.validate(ctx)).await?;
+        run_step(ctx.running, metrics, webhook, plugin.name(), || {
+            plugin.validate(ctx)
+        })
+        .await?;
     }
     Ok(())
 }

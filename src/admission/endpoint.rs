@@ -1,73 +1,82 @@
-//! An endpoint: a typed chain behind one admission path.
-//!
-//! It filters the request by resource, decodes the objects into its type, runs its chain and turns the
-//! result into a [`Verdict`]. The type parameter is erased behind [`Endpoint`] so the server can hold
-//! every path in one table.
+//! An endpoint: a typed chain behind one admission path, and the whole of one review, top-down:
+//! [`Endpoint::review`] picks the typed endpoint, [`TypedEndpoint::review`] decodes the body, runs
+//! the chain within the API server's deadline (panics caught here, once), counts the outcome and
+//! encodes the answer; [`TypedEndpoint::run`] runs the plugins and turns their edit into a patch.
 
-use futures::future::BoxFuture;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::core::GroupVersionResource;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde::{Serialize, de::DeserializeOwned};
+use tracing::Instrument;
 
-use super::chain::{Ctx, Mutator, Validator, run_mutators, run_validators};
-use super::colocation::dice::{Dice, SystemDice};
+use super::chain::{Ctx, Mutator, RunningPlugin, Validator, run_mutators, run_validators};
+use super::env::{Env, Head};
+use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
-use super::settings::Settings;
 use super::skip_fields::SkipFields;
-use super::webhooks::WebhookSpec;
-use crate::cache::Cache;
-use crate::features::FeatureGates;
-use crate::metrics::Metrics;
+use super::webhooks::{FailurePolicy, WebhookSpec};
+use crate::apis::{ElasticQuota, Reservation};
+use crate::metrics::{DenialLabels, PluginLabels, WebhookLabels};
+use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
-/// What every request of a server shares.
-pub struct Env {
-    pub cache: Cache,
-    pub gates: FeatureGates,
-    pub metrics: Metrics,
-    pub services: Services,
-    pub settings: Settings,
+/// The API server's own default when a request names no `?timeout=`.
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every endpoint, by the object type its chain decodes. An enum rather than a trait object: the
+/// server holds every path in one table, and a review is a plain `async fn` (no boxed future).
+pub enum Endpoint {
+    Pod(TypedEndpoint<Pod>),
+    ElasticQuota(TypedEndpoint<ElasticQuota>),
+    Node(TypedEndpoint<Node>),
+    Reservation(TypedEndpoint<Reservation>),
+    ConfigMap(TypedEndpoint<ConfigMap>),
 }
 
-/// Outside systems some plugins write to. Absent in `review` and `serve --state`.
-#[derive(Clone, Default)]
-pub struct Services {
-    /// Where quota evaluation records what it admitted (spec 2.6).
-    pub quota_store: Option<std::sync::Arc<dyn crate::admission::pod::quota::store::QuotaStore>>,
-    /// Where ElasticQuota changes are serialised across replicas (cluster mode).
-    pub quota_ledger: Option<std::sync::Arc<crate::admission::elastic_quota::ledger::Ledger>>,
-    /// The random source of colocation profile probabilities (default: the system's).
-    pub dice: Option<std::sync::Arc<dyn Dice>>,
-}
+impl Endpoint {
+    pub fn spec(&self) -> &'static WebhookSpec {
+        match self {
+            Endpoint::Pod(e) => e.spec,
+            Endpoint::ElasticQuota(e) => e.spec,
+            Endpoint::Node(e) => e.spec,
+            Endpoint::Reservation(e) => e.spec,
+            Endpoint::ConfigMap(e) => e.spec,
+        }
+    }
 
-impl Services {
-    pub fn dice(&self) -> &dyn Dice {
-        match &self.dice {
-            Some(dice) => dice.as_ref(),
-            None => &SystemDice,
+    /// Answers one AdmissionReview body. A body that is not an AdmissionReview is an error (HTTP
+    /// 400); anything else, an object that does not decode included, gets an answer.
+    pub async fn review(
+        &self,
+        body: &[u8],
+        env: &Env,
+        api_timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, MalformedReview> {
+        match self {
+            Endpoint::Pod(e) => e.review(body, env, api_timeout).await,
+            Endpoint::ElasticQuota(e) => e.review(body, env, api_timeout).await,
+            Endpoint::Node(e) => e.review(body, env, api_timeout).await,
+            Endpoint::Reservation(e) => e.review(body, env, api_timeout).await,
+            Endpoint::ConfigMap(e) => e.review(body, env, api_timeout).await,
         }
     }
 }
 
-/// Who a request is about, for its log span and its response.
-pub struct Head {
-    pub uid: String,
-    pub operation: Operation,
-    pub namespace: Option<String>,
-    pub name: String,
+macro_rules! endpoint_from {
+    ($($variant:ident => $type:ty),*) => {$(
+        impl From<TypedEndpoint<$type>> for Endpoint {
+            fn from(endpoint: TypedEndpoint<$type>) -> Self {
+                Endpoint::$variant(endpoint)
+            }
+        }
+    )*};
 }
-
-pub trait Endpoint: Send + Sync {
-    fn spec(&self) -> &'static WebhookSpec;
-    /// Decodes `body` for this endpoint and returns the run of its chain. A body that is not an
-    /// AdmissionReview is an error (HTTP 400); an object that does not decode is a denial.
-    fn decode<'a>(
-        &'a self,
-        body: &[u8],
-        env: &'a Env,
-    ) -> Result<(Head, BoxFuture<'a, Verdict>), MalformedReview>;
-}
+endpoint_from!(Pod => Pod, ElasticQuota => ElasticQuota, Node => Node, Reservation => Reservation, ConfigMap => ConfigMap);
 
 /// The decoded-object bound every endpoint type meets.
 pub trait Object:
@@ -153,7 +162,12 @@ impl<T: Object> TypedEndpoint<T> {
     }
 
     /// Runs the chain on a decoded request, or denies one whose objects did not decode.
-    async fn run(&self, request: Result<Box<AdmissionRequest<T>>, String>, env: &Env) -> Verdict {
+    async fn run(
+        &self,
+        request: Result<Box<AdmissionRequest<T>>, String>,
+        env: &Env,
+        running: &RunningPlugin,
+    ) -> Verdict {
         let mut request = match request {
             Ok(request) => request,
             Err(e) => {
@@ -165,7 +179,7 @@ impl<T: Object> TypedEndpoint<T> {
             env.metrics.error(self.spec.path, "decode");
             return Verdict::deny(400, "there is no content to decode");
         }
-        let ctx = Ctx::new(&request, env);
+        let ctx = Ctx::new(&request, env, running);
         let (mut result, mutated) = match &self.chain {
             Chain::Validating { plugins } => (
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
@@ -212,16 +226,36 @@ impl<T: Object> TypedEndpoint<T> {
     }
 }
 
-impl<T: Object> Endpoint for TypedEndpoint<T> {
-    fn spec(&self) -> &'static WebhookSpec {
-        self.spec
+impl<T: Object> TypedEndpoint<T> {
+    /// Decodes the body, admits the request, encodes the answer.
+    pub async fn review(
+        &self,
+        body: &[u8],
+        env: &Env,
+        api_timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, MalformedReview> {
+        let (head, request) = self.decode(body, env)?;
+        let span = tracing::info_span!(
+            "admission",
+            uid = %Clipped(&head.uid, MAX_LOGGED_NAME),
+            webhook = self.spec.path,
+            operation = ?head.operation,
+            namespace = %Clipped(head.namespace.as_deref().unwrap_or_default(), MAX_LOGGED_NAME),
+            name = %Clipped(&head.name, MAX_LOGGED_NAME),
+        );
+        let verdict = self.admit(request, env, api_timeout).instrument(span).await;
+        Ok(review::encode(&head.uid, &verdict))
     }
 
-    fn decode<'a>(
-        &'a self,
+    /// Who the request is about, and the request if it is for this endpoint's resource (`None`: a
+    /// request for another resource, answered with an allow). An object that does not decode is an
+    /// `Err` inside, answered with a denial.
+    #[allow(clippy::type_complexity)]
+    fn decode(
+        &self,
         body: &[u8],
-        env: &'a Env,
-    ) -> Result<(Head, BoxFuture<'a, Verdict>), MalformedReview> {
+        env: &Env,
+    ) -> Result<(Head, Option<Result<Box<AdmissionRequest<T>>, String>>), MalformedReview> {
         let head =
             |uid: &str, operation: &Operation, namespace: &Option<String>, name: &str| Head {
                 uid: uid.to_owned(),
@@ -229,8 +263,7 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
                 namespace: namespace.clone(),
                 name: name.to_owned(),
             };
-        // `None`: a request for another resource, answered with an allow.
-        let (head, request) = match review::parse_typed::<T>(body, self.skip(env)) {
+        Ok(match review::parse_typed::<T>(body, self.skip(env)) {
             Some(r) => (
                 head(&r.uid, &r.operation, &r.namespace, &r.name),
                 self.accepts(&r.resource, r.sub_resource.as_deref())
@@ -245,11 +278,123 @@ impl<T: Object> Endpoint for TypedEndpoint<T> {
                         .then(|| w.decode::<T>().map(Box::new)),
                 )
             }
+        })
+    }
+
+    /// Runs the chain within the API server's deadline, with its panics contained and its outcome
+    /// counted.
+    async fn admit(
+        &self,
+        request: Option<Result<Box<AdmissionRequest<T>>, String>>,
+        env: &Env,
+        api_timeout: Option<Duration>,
+    ) -> Verdict {
+        let (spec, metrics) = (self.spec, &env.metrics);
+        let start = Instant::now();
+        let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
+        let budget = answer_budget(api_timeout);
+        let running = RunningPlugin::default();
+        let run = async {
+            match request {
+                Some(request) => self.run(request, env, &running).await,
+                None => Verdict::allow(),
+            }
         };
-        let run: BoxFuture<'a, Verdict> = match request {
-            Some(request) => Box::pin(self.run(request, env)),
-            None => Box::pin(std::future::ready(Verdict::allow())),
+        let verdict = match tokio::time::timeout(budget, AssertUnwindSafe(run).catch_unwind()).await
+        {
+            Ok(Ok(verdict)) => verdict,
+            Ok(Err(panic)) => panicked(spec, env, running.get(), panic),
+            Err(_elapsed) => {
+                metrics.error(spec.path, "timeout");
+                timed_out(spec, budget, api_timeout)
+            }
         };
-        Ok((head, run))
+        let labels = WebhookLabels { webhook: spec.path };
+        metrics.requests.get_or_create(&labels).inc();
+        metrics
+            .request_duration
+            .get_or_create(&labels)
+            .observe(start.elapsed().as_secs_f64());
+        if !verdict.allowed {
+            metrics
+                .denials
+                .get_or_create(&DenialLabels {
+                    webhook: spec.path,
+                    code: verdict.code,
+                })
+                .inc();
+            tracing::info!(
+                code = verdict.code,
+                message = %Clipped(verdict.message.as_deref().unwrap_or_default(), MAX_LOGGED_MESSAGE),
+                "denied"
+            );
+        } else {
+            tracing::debug!(patched = verdict.patch.is_some(), "allowed");
+        }
+        verdict
+    }
+}
+
+/// The time a chain may take: the API server's timeout less a margin for the answer to travel back.
+pub fn answer_budget(api_timeout: Duration) -> Duration {
+    let margin = (api_timeout / 10).max(Duration::from_millis(100));
+    api_timeout
+        .saturating_sub(margin)
+        .max(Duration::from_millis(50))
+}
+
+/// A chain that would outlive the API server's wait. Under failurePolicy Ignore the API server would
+/// let the request through, so do we (with a warning); under Fail the user gets our reason instead of
+/// "context deadline exceeded".
+fn timed_out(spec: &WebhookSpec, budget: Duration, api_timeout: Duration) -> Verdict {
+    let message = format!(
+        "koord-webhook {} did not finish within {budget:?} (the API server waits {api_timeout:?})",
+        spec.path
+    );
+    tracing::warn!("{message}");
+    match spec.failure_policy {
+        FailurePolicy::Fail => Verdict::deny(504, message),
+        FailurePolicy::Ignore => Verdict {
+            warnings: vec![message],
+            ..Verdict::allow()
+        },
+    }
+}
+
+/// A panic fails its request alone: a 500 naming the plugin that was running, if one was.
+fn panicked(
+    spec: &WebhookSpec,
+    env: &Env,
+    plugin: Option<&'static str>,
+    panic: Box<dyn std::any::Any + Send>,
+) -> Verdict {
+    let metrics = &env.metrics;
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    match plugin {
+        Some(plugin) => {
+            let webhook = spec.path;
+            metrics
+                .plugin_panics
+                .get_or_create(&PluginLabels { webhook, plugin })
+                .inc();
+            metrics.error(webhook, "internal");
+            tracing::error!(webhook, plugin, panic = %Clipped(&what, MAX_LOGGED_MESSAGE), "plugin panicked");
+            Verdict::deny(
+                500,
+                format!("internal error: plugin {plugin} failed: {what}"),
+            )
+        }
+        None => {
+            metrics.error(spec.path, "panic");
+            tracing::error!(panic = %Clipped(&what, MAX_LOGGED_MESSAGE), "handler panicked");
+            Verdict::deny(
+                500,
+                format!("internal error in {}: the handler panicked", spec.path),
+            )
+        }
     }
 }

@@ -1,47 +1,41 @@
 //! The admission framework: from a request body to a response body.
 //!
-//! `review.rs` knows the wire format, `webhooks.rs` the table of paths, `endpoint.rs` and `chain.rs`
-//! how a typed chain of plugins runs. The plugins live in one folder per resource; registering one is a
-//! line in that folder's `mod.rs`.
+//! `review.rs` knows the wire format, `webhooks.rs` the table of paths, `endpoint.rs` one review
+//! from body to answer, `chain.rs` how plugins run, `env.rs` what requests share and `ports/` what
+//! plugins reach outside the process through. The plugins live in one folder per resource;
+//! registering one is a line in that folder's `mod.rs`.
 
 pub mod chain;
 pub mod colocation;
 pub mod configmap;
 pub mod elastic_quota;
 pub mod endpoint;
+pub mod env;
 pub mod json_write;
 pub mod node;
 pub mod offload;
 pub mod outcome;
 pub mod patch;
 pub mod pod;
+pub mod ports;
 pub mod reservation;
 pub mod review;
 pub mod settings;
 pub mod skip_fields;
 pub mod webhooks;
 
-use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
-use std::panic::AssertUnwindSafe;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use tracing::Instrument;
-
-use crate::apis::{ElasticQuota, Reservation};
 use crate::cache::Cache;
 use crate::features::FeatureGates;
-use crate::metrics::{DenialLabels, Metrics, WebhookLabels};
-pub use endpoint::Services;
-use endpoint::{Endpoint, Env, TypedEndpoint};
-use review::{MalformedReview, Verdict};
+use crate::metrics::Metrics;
+use endpoint::TypedEndpoint;
+pub use endpoint::{DEFAULT_API_TIMEOUT, Endpoint, answer_budget};
+use env::Env;
+pub use env::Services;
+use review::MalformedReview;
 pub use settings::Settings;
-use webhooks::{FailurePolicy, WEBHOOKS, WebhookSpec};
-
-/// The API server's own default when a request names no `?timeout=`.
-pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+use webhooks::{WEBHOOKS, WebhookSpec};
 
 /// Why no AdmissionReview could be answered.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +48,7 @@ pub enum ReviewError {
 
 /// Every enabled endpoint and what they share.
 pub struct Admission {
-    endpoints: Vec<Box<dyn Endpoint>>,
+    endpoints: Vec<Endpoint>,
     env: Env,
 }
 
@@ -83,7 +77,7 @@ impl Admission {
 
     /// Exactly these endpoints (tests and benchmarks build their own chains).
     pub fn with_endpoints(
-        endpoints: Vec<Box<dyn Endpoint>>,
+        endpoints: Vec<Endpoint>,
         cache: Cache,
         gates: FeatureGates,
         metrics: Metrics,
@@ -119,15 +113,12 @@ impl Admission {
     }
 
     /// The enabled endpoint at `path`.
-    pub fn endpoint(&self, path: &str) -> Option<&dyn Endpoint> {
-        self.endpoints
-            .iter()
-            .find(|e| e.spec().path == path)
-            .map(|e| &**e)
+    pub fn endpoint(&self, path: &str) -> Option<&Endpoint> {
+        self.endpoints.iter().find(|e| e.spec().path == path)
     }
 
-    /// Answers one AdmissionReview body sent to `path`. `api_timeout` is the `?timeout=` the API server
-    /// sent: the answer comes before it runs out.
+    /// Answers one AdmissionReview body sent to `path` (the `review` command and tests; the server
+    /// routes to [`Admission::review_at`]).
     pub async fn review(
         &self,
         path: &str,
@@ -137,134 +128,61 @@ impl Admission {
         let endpoint = self
             .endpoint(path)
             .ok_or_else(|| ReviewError::NotFound(path.to_owned()))?;
-        let (head, run) = endpoint.decode(body, &self.env)?;
-        let spec = endpoint.spec();
-        let span = tracing::info_span!(
-            "admission",
-            uid = %Clipped(&head.uid, MAX_LOGGED_NAME),
-            webhook = spec.path,
-            operation = ?head.operation,
-            namespace = %Clipped(head.namespace.as_deref().unwrap_or_default(), MAX_LOGGED_NAME),
-            name = %Clipped(&head.name, MAX_LOGGED_NAME),
-        );
-        let verdict = self.admit(spec, run, api_timeout).instrument(span).await;
-        Ok(review::encode(&head.uid, &verdict))
+        Ok(endpoint.review(body, &self.env, api_timeout).await?)
     }
 
-    /// Runs a chain within the API server's deadline, with its panics contained and its outcome
-    /// counted.
-    async fn admit(
+    /// Every enabled endpoint's path, with the id the server routes it by.
+    pub fn paths(&self) -> impl Iterator<Item = (EndpointId, &'static str)> + '_ {
+        self.endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (EndpointId(i), e.spec().path))
+    }
+
+    /// Answers one AdmissionReview body sent to the endpoint `id`. `api_timeout` is the `?timeout=`
+    /// the API server sent: the answer comes before it runs out.
+    pub async fn review_at(
         &self,
-        spec: &'static WebhookSpec,
-        run: BoxFuture<'_, Verdict>,
+        id: EndpointId,
+        body: &[u8],
         api_timeout: Option<Duration>,
-    ) -> Verdict {
-        let metrics = &self.env.metrics;
-        let start = Instant::now();
-        let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
-        let budget = answer_budget(api_timeout);
-        let run = AssertUnwindSafe(run).catch_unwind();
-        let verdict = match tokio::time::timeout(budget, run).await {
-            Ok(Ok(verdict)) => verdict,
-            Ok(Err(_panic)) => {
-                metrics.error(spec.path, "panic");
-                Verdict::deny(
-                    500,
-                    format!("internal error in {}: the handler panicked", spec.path),
-                )
-            }
-            Err(_elapsed) => {
-                metrics.error(spec.path, "timeout");
-                timed_out(spec, budget, api_timeout)
-            }
-        };
-        let labels = WebhookLabels { webhook: spec.path };
-        metrics.requests.get_or_create(&labels).inc();
-        metrics
-            .request_duration
-            .get_or_create(&labels)
-            .observe(start.elapsed().as_secs_f64());
-        if !verdict.allowed {
-            metrics
-                .denials
-                .get_or_create(&DenialLabels {
-                    webhook: spec.path,
-                    code: verdict.code,
-                })
-                .inc();
-            tracing::info!(
-                code = verdict.code,
-                message = %Clipped(verdict.message.as_deref().unwrap_or_default(), MAX_LOGGED_MESSAGE),
-                "denied"
-            );
-        } else {
-            tracing::debug!(patched = verdict.patch.is_some(), "allowed");
-        }
-        verdict
+    ) -> Result<Vec<u8>, MalformedReview> {
+        self.endpoints[id.0]
+            .review(body, &self.env, api_timeout)
+            .await
     }
 }
 
-/// The time a chain may take: the API server's timeout less a margin for the answer to travel back.
-pub fn answer_budget(api_timeout: Duration) -> Duration {
-    let margin = (api_timeout / 10).max(Duration::from_millis(100));
-    api_timeout
-        .saturating_sub(margin)
-        .max(Duration::from_millis(50))
-}
+/// An enabled endpoint of one [`Admission`], as [`Admission::paths`] hands it out.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointId(usize);
 
-/// A chain that would outlive the API server's wait. Under failurePolicy Ignore the API server would
-/// let the request through, so do we (with a warning); under Fail the user gets our reason instead of
-/// "context deadline exceeded".
-fn timed_out(spec: &WebhookSpec, budget: Duration, api_timeout: Duration) -> Verdict {
-    let message = format!(
-        "koord-webhook {} did not finish within {budget:?} (the API server waits {api_timeout:?})",
-        spec.path
-    );
-    tracing::warn!("{message}");
-    match spec.failure_policy {
-        FailurePolicy::Fail => Verdict::deny(504, message),
-        FailurePolicy::Ignore => Verdict {
-            warnings: vec![message],
-            ..Verdict::allow()
-        },
-    }
-}
-
-fn build_endpoint(spec: &'static WebhookSpec) -> Box<dyn Endpoint> {
+fn build_endpoint(spec: &'static WebhookSpec) -> Endpoint {
     use webhooks::*;
     match spec.path {
-        MUTATE_POD => Box::new(
-            TypedEndpoint::<Pod>::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
+        MUTATE_POD => Endpoint::Pod(
+            TypedEndpoint::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
                 .skipping(&pod::UNTOUCHED_BY_PLUGINS),
         ),
-        VALIDATE_POD => Box::new(
-            TypedEndpoint::<Pod>::validating(spec, pod::validators())
-                .skipping(&pod::UNTOUCHED_BY_PLUGINS),
+        VALIDATE_POD => Endpoint::Pod(
+            TypedEndpoint::validating(spec, pod::validators()).skipping(&pod::UNTOUCHED_BY_PLUGINS),
         ),
-        MUTATE_ELASTIC_QUOTA => Box::new(TypedEndpoint::<ElasticQuota>::mutating(
-            spec,
-            elastic_quota::mutators(),
-        )),
-        VALIDATE_ELASTIC_QUOTA => Box::new(TypedEndpoint::<ElasticQuota>::validating(
-            spec,
-            elastic_quota::validators(),
-        )),
-        MUTATE_NODE_STATUS => Box::new(TypedEndpoint::<node::Node>::mutating(
-            spec,
-            node::status_mutators(),
-        )),
-        VALIDATE_NODE => Box::new(TypedEndpoint::<node::Node>::validating(
-            spec,
-            node::validators(),
-        )),
-        MUTATE_RESERVATION => Box::new(TypedEndpoint::<Reservation>::mutating(
-            spec,
-            reservation::mutators(),
-        )),
-        VALIDATE_CONFIGMAP => Box::new(TypedEndpoint::<ConfigMap>::validating(
-            spec,
-            configmap::validators(),
-        )),
+        MUTATE_ELASTIC_QUOTA => {
+            Endpoint::ElasticQuota(TypedEndpoint::mutating(spec, elastic_quota::mutators()))
+        }
+        VALIDATE_ELASTIC_QUOTA => {
+            Endpoint::ElasticQuota(TypedEndpoint::validating(spec, elastic_quota::validators()))
+        }
+        MUTATE_NODE_STATUS => {
+            Endpoint::Node(TypedEndpoint::mutating(spec, node::status_mutators()))
+        }
+        VALIDATE_NODE => Endpoint::Node(TypedEndpoint::validating(spec, node::validators())),
+        MUTATE_RESERVATION => {
+            Endpoint::Reservation(TypedEndpoint::mutating(spec, reservation::mutators()))
+        }
+        VALIDATE_CONFIGMAP => {
+            Endpoint::ConfigMap(TypedEndpoint::validating(spec, configmap::validators()))
+        }
         other => unreachable!("webhook table entry {other} has no endpoint"),
     }
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::node::Node;
 use base64::Engine;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::chain::{Ctx, Mutator, Step, Validator};
@@ -111,7 +112,7 @@ fn response(bytes: &[u8]) -> Value {
     review["response"].clone()
 }
 
-fn admission(endpoints: Vec<Box<dyn endpoint::Endpoint>>, gates: FeatureGates) -> Admission {
+fn admission(endpoints: Vec<endpoint::Endpoint>, gates: FeatureGates) -> Admission {
     Admission::with_endpoints(endpoints, Cache::empty(), gates, Metrics::new())
 }
 
@@ -124,7 +125,7 @@ async fn mutators_run_in_order_and_the_patch_applies_to_the_received_object() {
     let plugins: Vec<Box<dyn Mutator<Pod>>> =
         vec![Box::new(Append("a", None)), Box::new(Append("b", None))];
     let adm = admission(
-        vec![Box::new(TypedEndpoint::mutating(
+        vec![endpoint::Endpoint::from(TypedEndpoint::mutating(
             spec(webhooks::MUTATE_POD),
             plugins,
         ))],
@@ -156,9 +157,9 @@ async fn mutators_run_in_order_and_the_patch_applies_to_the_received_object() {
 #[tokio::test]
 async fn a_gated_plugin_runs_only_when_its_gate_is_on() {
     let gate = crate::features::Gate::MultiQuotaTree;
-    let make = || -> Vec<Box<dyn endpoint::Endpoint>> {
+    let make = || -> Vec<endpoint::Endpoint> {
         let plugins: Vec<Box<dyn Mutator<Pod>>> = vec![Box::new(Append("g", Some(gate)))];
-        vec![Box::new(TypedEndpoint::mutating(
+        vec![endpoint::Endpoint::from(TypedEndpoint::mutating(
             spec(webhooks::MUTATE_POD),
             plugins,
         ))]
@@ -197,7 +198,7 @@ async fn validators_stop_at_the_first_rejection() {
         Box::new(Reject("second", second.clone())),
     ];
     let adm = admission(
-        vec![Box::new(TypedEndpoint::validating(
+        vec![endpoint::Endpoint::from(TypedEndpoint::validating(
             spec(webhooks::VALIDATE_POD),
             plugins,
         ))],
@@ -226,7 +227,7 @@ async fn requests_for_other_resources_pass_untouched_and_bad_objects_are_denied(
     let counter = Arc::new(AtomicUsize::new(0));
     let plugins: Vec<Box<dyn Validator<Pod>>> = vec![Box::new(Reject("r", counter.clone()))];
     let adm = admission(
-        vec![Box::new(TypedEndpoint::validating(
+        vec![endpoint::Endpoint::from(TypedEndpoint::validating(
             spec(webhooks::VALIDATE_POD),
             plugins,
         ))],
@@ -268,7 +269,7 @@ async fn requests_for_other_resources_pass_untouched_and_bad_objects_are_denied(
 async fn a_panicking_plugin_fails_only_its_request_and_is_counted() {
     let plugins: Vec<Box<dyn Validator<Pod>>> = vec![Box::new(Panics)];
     let adm = admission(
-        vec![Box::new(TypedEndpoint::validating(
+        vec![endpoint::Endpoint::from(TypedEndpoint::validating(
             spec(webhooks::VALIDATE_POD),
             plugins,
         ))],
@@ -318,11 +319,11 @@ async fn a_chain_past_the_api_timeout_answers_before_it() {
     let slow_node: Vec<Box<dyn Mutator<Node>>> = vec![Box::new(Sleeps(Duration::from_secs(30)))];
     let adm = admission(
         vec![
-            Box::new(TypedEndpoint::validating(
+            endpoint::Endpoint::from(TypedEndpoint::validating(
                 spec(webhooks::VALIDATE_POD),
                 slow,
             )),
-            Box::new(TypedEndpoint::mutating(
+            endpoint::Endpoint::from(TypedEndpoint::mutating(
                 spec(webhooks::MUTATE_NODE_STATUS),
                 slow_node,
             )),

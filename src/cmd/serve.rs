@@ -8,8 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::admission::elastic_quota::ledger::Ledger;
-use crate::admission::pod::quota::store::QuotaStore;
+use crate::admission::ports::{LedgerStore, QuotaStore};
 use crate::admission::{Admission, Services};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
@@ -121,9 +120,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             }) as Arc<dyn QuotaStore>
         }),
         quota_ledger: operator.as_ref().map(|(client, _)| {
-            Arc::new(Ledger::new(Arc::new(KubeLedgerStore {
+            Arc::new(KubeLedgerStore {
                 client: client.clone(),
-            })))
+            }) as Arc<dyn LedgerStore>
         }),
         dice: None,
     };

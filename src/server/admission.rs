@@ -1,4 +1,8 @@
-//! The admission paths: method, size limit and `?timeout=` handling around [`Admission::review`].
+//! One admission request over HTTP: the `?timeout=` query, the per-connection stream limit, the
+//! body read within its size, time and memory limits, then [`Admission::review_at`]. Also the 404
+//! and 405 answers, which read and drop the body so an HTTP/1.1 connection stays usable.
+//!
+//! [`Admission::review_at`]: crate::admission::Admission::review_at
 
 use actix_web::http::{Method, StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -6,7 +10,7 @@ use futures::StreamExt;
 
 use super::Shared;
 use super::limits::ConnectionStreams;
-use crate::admission::ReviewError;
+use crate::admission::EndpointId;
 use crate::duration::parse_duration;
 
 fn plain(status: StatusCode, message: impl Into<String>) -> HttpResponse {
@@ -17,31 +21,40 @@ fn plain(status: StatusCode, message: impl Into<String>) -> HttpResponse {
         .body(body)
 }
 
-pub async fn handle(
+/// Any path no route serves.
+pub async fn not_found(
     req: HttpRequest,
     mut payload: web::Payload,
     shared: web::Data<Shared>,
 ) -> HttpResponse {
-    let path = req.path();
-    if super::GET_PATHS.contains(&path) {
-        drain(&mut payload, &shared.limits).await;
-        return HttpResponse::MethodNotAllowed()
-            .insert_header((header::ALLOW, "GET"))
-            .content_type("text/plain; charset=utf-8")
-            .body(format!("{path} accepts GET only\n"));
-    }
-    if shared.admission.endpoint(path).is_none() {
-        drain(&mut payload, &shared.limits).await;
-        return plain(StatusCode::NOT_FOUND, format!("404 page not found: {path}"));
-    }
-    if req.method() != Method::POST {
-        drain(&mut payload, &shared.limits).await;
-        return HttpResponse::MethodNotAllowed()
-            .insert_header((header::ALLOW, "POST"))
-            .content_type("text/plain; charset=utf-8")
-            .body(format!("{path} accepts POST only\n"));
-    }
+    drain(&mut payload, &shared.limits).await;
+    plain(
+        StatusCode::NOT_FOUND,
+        format!("404 page not found: {}", req.path()),
+    )
+}
 
+/// A known path asked with another method than the one it takes.
+pub async fn method_not_allowed(
+    req: HttpRequest,
+    mut payload: web::Payload,
+    shared: web::Data<Shared>,
+    allowed: Method,
+) -> HttpResponse {
+    drain(&mut payload, &shared.limits).await;
+    HttpResponse::MethodNotAllowed()
+        .insert_header((header::ALLOW, allowed.as_str()))
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("{} accepts {allowed} only\n", req.path()))
+}
+
+/// A POST to an enabled admission endpoint.
+pub async fn handle(
+    req: HttpRequest,
+    mut payload: web::Payload,
+    shared: web::Data<Shared>,
+    endpoint: EndpointId,
+) -> HttpResponse {
     let api_timeout = match timeout_param(req.query_string()) {
         Ok(t) => t,
         Err(message) => {
@@ -79,14 +92,15 @@ pub async fn handle(
         Err(refusal) => return refusal.respond(&mut payload, &shared, deadline).await,
     };
 
-    match shared.admission.review(path, &body, api_timeout).await {
+    match shared
+        .admission
+        .review_at(endpoint, &body, api_timeout)
+        .await
+    {
         Ok(response) => HttpResponse::Ok()
             .content_type("application/json")
             .body(response),
-        Err(ReviewError::NotFound(_)) => {
-            plain(StatusCode::NOT_FOUND, format!("404 page not found: {path}"))
-        }
-        Err(ReviewError::Malformed(e)) => plain(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(malformed) => plain(StatusCode::BAD_REQUEST, malformed.to_string()),
     }
 }
 

@@ -10,6 +10,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::http::Method;
 use actix_web::{App, HttpServer, web};
 
 use crate::admission::Admission;
@@ -21,10 +22,6 @@ pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 /// The API server keeps idle webhook connections for 90 s; closing ours sooner causes intermittent
 /// "failed calling webhook" errors when it reuses one we just closed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
-
-/// The non-admission paths of the admission port (for the kubelet's probes); any other method on
-/// them gets 405. Metrics and debug views are on the operations port only (`ops.rs`).
-const GET_PATHS: &[&str] = &["/healthz", "/readyz"];
 
 /// What the request handlers share.
 pub struct Shared {
@@ -62,6 +59,13 @@ impl Shared {
     }
 }
 
+/// A path that takes one method; the others get 405 with an `Allow` header.
+fn only(path: &'static str, method: Method) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move |req, payload, shared| {
+        admission::method_not_allowed(req, payload, shared, method.clone())
+    }))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error(transparent)]
@@ -79,13 +83,22 @@ pub fn build(
     let limits = shared.limits.clone();
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);
+    let endpoints: Vec<_> = shared.admission.paths().collect();
     let data = web::Data::from(shared);
     let server = HttpServer::new(move || {
-        App::new()
+        // The kubelet's probes, then one POST route per enabled endpoint; any other method on a
+        // known path is a 405 naming the one it takes, any other path a 404. Metrics and debug
+        // views are on the operations port only (`ops.rs`).
+        let mut app = App::new()
             .app_data(data.clone())
-            .route("/healthz", web::get().to(health::healthz))
-            .route("/readyz", web::get().to(health::readyz))
-            .default_service(web::to(admission::handle))
+            .service(only("/healthz", Method::GET).route(web::get().to(health::healthz)))
+            .service(only("/readyz", Method::GET).route(web::get().to(health::readyz)));
+        for &(endpoint, path) in &endpoints {
+            app = app.service(only(path, Method::POST).route(web::post().to(
+                move |req, payload, shared| admission::handle(req, payload, shared, endpoint),
+            )));
+        }
+        app.default_service(web::to(admission::not_found))
     })
     .on_connect(move |_, data| {
         data.insert(ConnectionStreams(Arc::new(tokio::sync::Semaphore::new(

@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use kube::Client;
 use kube::api::{Api, PostParams};
 
-use crate::admission::pod::quota::store::{QuotaStore, StoreError};
+use crate::admission::ports::{QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
 
 pub struct KubeQuotaStore {

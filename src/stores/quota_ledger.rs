@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
-use crate::admission::elastic_quota::ledger::{LedgerRecord, LedgerStore, PendingChange};
-use crate::admission::pod::quota::store::StoreError;
+use crate::admission::ports::StoreError;
+use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
 use crate::names::QUOTA_LEDGER;
 use crate::names::{NAMESPACE, app_labels};
 

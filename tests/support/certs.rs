@@ -95,13 +95,23 @@ pub async fn staged_to_a_new_ca(client: &kube::Client, secrets: &Api<Secret>, ol
 }
 
 /// The time each repair took in [`break_secrets_and_wait_for_repair`].
-#[derive(Debug)]
 pub struct Repairs {
     pub ca_deleted: Duration,
     pub ca_garbage: Duration,
     pub foreign_tls_key: Duration,
     /// The CA in place at the end (PEM).
     pub ca: String,
+}
+
+impl std::fmt::Debug for Repairs {
+    // The durations only: the CA's PEM would drown them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repairs")
+            .field("ca_deleted", &self.ca_deleted)
+            .field("ca_garbage", &self.ca_garbage)
+            .field("foreign_tls_key", &self.foreign_tls_key)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Breaks the Secrets one after the other and waits for each repair: `webhook-ca` deleted, then

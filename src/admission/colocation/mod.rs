@@ -1,8 +1,6 @@
 //! ClusterColocationProfile application, shared by /mutate-pod (spec 1.2) and /mutate-reservation
 //! (spec 8): which profiles match, the probability draw, and the metadata edits.
 
-pub mod dice;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -11,13 +9,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::runtime::reflector::ObjectRef;
 use serde::{Serialize, de::DeserializeOwned};
 
+pub use crate::admission::ports::Dice;
 use crate::apis::colocation_profile::QosClassOrEmpty;
 use crate::apis::keys::{PRIORITY_LABEL, QOS_CLASS_LABEL};
 use crate::apis::{ClusterColocationProfile, ClusterColocationProfileSpec};
 use crate::cache::Cache;
 use crate::resources::strategic_merge::{self, MergeKeys};
 use crate::selectors::{self, Labels};
-pub use dice::Dice;
 
 /// Whether a selector admits these labels; a malformed one admits nothing (a decision against
 /// Koordinator, which applies the profile).

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::admission::colocation::dice::FixedDice;
+use crate::admission::ports::memory::FixedDice;
 
 fn spec(v: serde_json::Value) -> ClusterColocationProfileSpec {
     serde_json::from_value(v).unwrap()

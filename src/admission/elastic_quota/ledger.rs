@@ -19,14 +19,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::ObjectRef;
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::admission::outcome::Rejection;
-use crate::admission::pod::quota::store::StoreError;
+use crate::admission::ports::{ChangeKind, LedgerStore, PendingChange, StoreError};
 use crate::apis::ElasticQuota;
 use crate::cache::Cache;
 
@@ -37,45 +35,6 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_secs(15);
 pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// How often a waiting request looks at its cache again.
 const POLL: Duration = Duration::from_millis(10);
-
-/// The last admitted change, as the record holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingChange {
-    /// The admission request's uid: what tells two changes of the same quota apart.
-    pub id: String,
-    pub namespace: String,
-    pub name: String,
-    pub operation: ChangeKind,
-    /// On UPDATE, the resourceVersion of the object before the change.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resource_version: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ChangeKind {
-    Create,
-    Update,
-    Delete,
-}
-
-/// The record and the version a conditional write must name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerRecord {
-    pub version: String,
-    pub last: Option<PendingChange>,
-}
-
-/// Where the record lives: a ConfigMap in cluster mode, memory in tests.
-pub trait LedgerStore: Send + Sync {
-    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>>;
-    /// Replaces the record if its version is still `version` ([`StoreError::Conflict`] otherwise).
-    fn write<'a>(
-        &'a self,
-        version: &'a str,
-        change: &'a PendingChange,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
-}
 
 /// The ledger as admission uses it: the store, and this replica's own serialisation.
 pub struct Ledger {
@@ -217,41 +176,13 @@ fn unavailable(why: &str) -> Rejection {
     }
 }
 
-/// The record in memory, with versions, for tests.
-#[derive(Default)]
-pub struct MemoryLedgerStore {
-    record: std::sync::Mutex<(u64, Option<PendingChange>)>,
-}
-
-impl LedgerStore for MemoryLedgerStore {
-    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
-        let (version, last) = self.record.lock().unwrap().clone();
-        Box::pin(std::future::ready(Ok(LedgerRecord {
-            version: version.to_string(),
-            last,
-        })))
-    }
-
-    fn write<'a>(
-        &'a self,
-        version: &'a str,
-        change: &'a PendingChange,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        let mut record = self.record.lock().unwrap();
-        let result = if record.0.to_string() == version {
-            *record = (record.0 + 1, Some(change.clone()));
-            Ok(())
-        } else {
-            Err(StoreError::Conflict)
-        };
-        Box::pin(std::future::ready(result))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::ports::LedgerRecord;
+    use crate::admission::ports::memory::MemoryLedgerStore;
     use crate::cache::{CacheWriter, CachedObject};
+    use futures::future::BoxFuture;
 
     fn quota(name: &str, version: &str) -> ElasticQuota {
         let mut q: ElasticQuota = serde_json::from_value(serde_json::json!({

@@ -19,5 +19,5 @@ pub fn mutators() -> Vec<Box<dyn Mutator<ElasticQuota>>> {
 }
 
 pub fn validators() -> Vec<Box<dyn Validator<ElasticQuota>>> {
-    vec![Box::new(validate::QuotaTreeRules)]
+    vec![Box::new(validate::QuotaTreeRules::default())]
 }

@@ -8,14 +8,22 @@
 
 use kube::core::admission::Operation;
 
-use super::ledger::{PendingChange, change_of};
+use std::sync::OnceLock;
+
+use super::ledger::{Ledger, change_of};
 use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
+use crate::admission::ports::PendingChange;
 use crate::apis::ElasticQuota;
 use crate::cache::quota_topology::{PROVISIONAL_TTL, QuotaInfo, QuotaTopology};
 
-pub struct QuotaTreeRules;
+#[derive(Default)]
+pub struct QuotaTreeRules {
+    /// This server's side of the ledger (its own one-at-a-time lock), made on first use from the
+    /// store in [`Services`](crate::admission::Services).
+    ledger: OnceLock<Ledger>,
+}
 
 impl Validator<ElasticQuota> for QuotaTreeRules {
     fn name(&self) -> &'static str {
@@ -24,7 +32,8 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
         let dry_run = ctx.request.dry_run;
-        match ctx.services.quota_ledger.as_ref().filter(|_| !dry_run) {
+        let store = ctx.services.quota_ledger.as_ref().filter(|_| !dry_run);
+        match store.map(|store| self.ledger.get_or_init(|| Ledger::new(store.clone()))) {
             Some(ledger) => match ledger_change(ctx) {
                 Some(change) => Step::Pending(Box::pin(async move {
                     // The cache shows the change once the watch delivers it; nothing to apply here.

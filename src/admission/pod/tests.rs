@@ -100,17 +100,17 @@ fn review(object: &Value) -> Vec<u8> {
 }
 
 /// The endpoint as the server builds it (`skip`), or decoding pods whole.
-fn skipping_if(skip: bool, endpoint: TypedEndpoint<Pod>) -> Box<dyn Endpoint> {
+fn skipping_if(skip: bool, endpoint: TypedEndpoint<Pod>) -> Endpoint {
     match skip {
-        true => Box::new(endpoint.skipping(&UNTOUCHED_BY_PLUGINS)),
-        false => Box::new(endpoint),
+        true => Endpoint::from(endpoint.skipping(&UNTOUCHED_BY_PLUGINS)),
+        false => Endpoint::from(endpoint),
     }
 }
 
 #[tokio::test]
 async fn verdicts_are_the_same_with_and_without_the_left_out_fields() {
     let spec = find(VALIDATE_POD).unwrap();
-    let endpoints = |skip: bool| -> Vec<Box<dyn Endpoint>> {
+    let endpoints = |skip: bool| -> Vec<Endpoint> {
         vec![skipping_if(
             skip,
             TypedEndpoint::validating(spec, super::validators()),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::store::{QuotaStore, StoreError};
+use crate::admission::ports::{QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
 use crate::resources::Resources;
 
@@ -329,7 +329,7 @@ impl Evaluator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::pod::quota::store::MemoryQuotaStore;
+    use crate::admission::ports::memory::MemoryQuotaStore;
     use serde_json::json;
     use std::sync::atomic::Ordering;
 

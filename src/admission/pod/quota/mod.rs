@@ -1,12 +1,11 @@
 //! A pod and its ElasticQuota: which quota a pod belongs to, the topology check of /validate-pod
 //! (`topology_check.rs`), and quota evaluation (`evaluation.rs` the plugin, `evaluator.rs` the
-//! coalescing per-quota queue and the `child-request` record, `store.rs` where it reads and writes
-//! quotas).
+//! coalescing per-quota queue and the `child-request` record; it reads and writes quotas through
+//! `admission::ports::QuotaStore`).
 
 pub mod evaluation;
 pub mod evaluator;
 mod replace_resources;
-pub mod store;
 pub mod topology_check;
 
 use k8s_openapi::api::core::v1::Pod;

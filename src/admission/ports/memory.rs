@@ -1,5 +1,5 @@
-//! Where quota evaluation reads and writes an ElasticQuota: the API server in cluster mode, memory in
-//! tests. A small trait so the evaluation logic is testable without a cluster.
+//! In-memory implementations of the ports, with the same concurrency rules as the API server
+//! (resourceVersion checks), for tests and benchmarks.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -7,31 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::BoxFuture;
 
+use super::{Dice, LedgerRecord, LedgerStore, PendingChange, QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    /// Someone else changed the quota since it was read (optimistic concurrency).
-    #[error("the quota was modified concurrently")]
-    Conflict,
-    #[error("elastic quota {0} not found")]
-    NotFound(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-pub trait QuotaStore: Send + Sync {
-    fn get<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<ElasticQuota, StoreError>>;
-    /// Replaces the quota if its resourceVersion is still current.
-    fn replace<'a>(
-        &'a self,
-        quota: &'a ElasticQuota,
-    ) -> BoxFuture<'a, Result<ElasticQuota, StoreError>>;
-}
 
 /// An in-memory store with resourceVersion checks, for tests and benchmarks.
 #[derive(Default)]
@@ -114,5 +91,45 @@ impl QuotaStore for MemoryQuotaStore {
             Ok(written)
         })();
         Box::pin(std::future::ready(result))
+    }
+}
+
+/// The record in memory, with versions, for tests.
+#[derive(Default)]
+pub struct MemoryLedgerStore {
+    record: std::sync::Mutex<(u64, Option<PendingChange>)>,
+}
+
+impl LedgerStore for MemoryLedgerStore {
+    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
+        let (version, last) = self.record.lock().unwrap().clone();
+        Box::pin(std::future::ready(Ok(LedgerRecord {
+            version: version.to_string(),
+            last,
+        })))
+    }
+
+    fn write<'a>(
+        &'a self,
+        version: &'a str,
+        change: &'a PendingChange,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut record = self.record.lock().unwrap();
+        let result = if record.0.to_string() == version {
+            *record = (record.0 + 1, Some(change.clone()));
+            Ok(())
+        } else {
+            Err(StoreError::Conflict)
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// Always the same roll (tests, demos).
+pub struct FixedDice(pub u32);
+
+impl Dice for FixedDice {
+    fn roll_percent(&self) -> u32 {
+        self.0
     }
 }

@@ -1,0 +1,49 @@
+//! What every request of a server shares: the cache, the gates, the metrics, the flag-given
+//! settings and the outside services (ports) plugins may use.
+
+use std::sync::Arc;
+
+use kube::core::admission::Operation;
+
+use super::ports::{Dice, LedgerStore, QuotaStore, SystemDice};
+use super::settings::Settings;
+use crate::cache::Cache;
+use crate::features::FeatureGates;
+use crate::metrics::Metrics;
+
+/// What every request of a server shares.
+pub struct Env {
+    pub cache: Cache,
+    pub gates: FeatureGates,
+    pub metrics: Metrics,
+    pub services: Services,
+    pub settings: Settings,
+}
+
+/// Outside systems some plugins write to. Absent in `review` and `serve --state`.
+#[derive(Clone, Default)]
+pub struct Services {
+    /// Where quota evaluation records what it admitted on each ElasticQuota.
+    pub quota_store: Option<Arc<dyn QuotaStore>>,
+    /// The record through which replicas admit ElasticQuota changes one at a time.
+    pub quota_ledger: Option<Arc<dyn LedgerStore>>,
+    /// The random source of colocation profile probabilities (default: the system's).
+    pub dice: Option<Arc<dyn Dice>>,
+}
+
+impl Services {
+    pub fn dice(&self) -> &dyn Dice {
+        match &self.dice {
+            Some(dice) => dice.as_ref(),
+            None => &SystemDice,
+        }
+    }
+}
+
+/// Who a request is about, for its log span and its response.
+pub struct Head {
+    pub uid: String,
+    pub operation: Operation,
+    pub namespace: Option<String>,
+    pub name: String,
+}

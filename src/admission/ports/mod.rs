@@ -1,0 +1,93 @@
+//! The admission framework's ports: what plugins reach outside the process through. The framework
+//! holds them in [`Services`](super::env::Services); the API-server implementations live in
+//! `crate::stores`, the in-memory ones (tests, benchmarks) in `memory.rs`. Plugins and the
+//! framework depend on these traits only, never on each other's types.
+
+pub mod memory;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::apis::ElasticQuota;
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Someone else changed the quota since it was read (optimistic concurrency).
+    #[error("the quota was modified concurrently")]
+    Conflict,
+    #[error("elastic quota {0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Where quota evaluation reads and writes an ElasticQuota's `child-request`.
+pub trait QuotaStore: Send + Sync {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ElasticQuota, StoreError>>;
+    /// Replaces the quota if its resourceVersion is still current.
+    fn replace<'a>(
+        &'a self,
+        quota: &'a ElasticQuota,
+    ) -> BoxFuture<'a, Result<ElasticQuota, StoreError>>;
+}
+
+/// The last admitted change, as the record holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingChange {
+    /// The admission request's uid: what tells two changes of the same quota apart.
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub operation: ChangeKind,
+    /// On UPDATE, the resourceVersion of the object before the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeKind {
+    Create,
+    Update,
+    Delete,
+}
+
+/// The record and the version a conditional write must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRecord {
+    pub version: String,
+    pub last: Option<PendingChange>,
+}
+
+/// Where the record lives: a ConfigMap in cluster mode, memory in tests.
+pub trait LedgerStore: Send + Sync {
+    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>>;
+    /// Replaces the record if its version is still `version` ([`StoreError::Conflict`] otherwise).
+    fn write<'a>(
+        &'a self,
+        version: &'a str,
+        change: &'a PendingChange,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// A roll in [0, 99].
+pub trait Dice: Send + Sync {
+    fn roll_percent(&self) -> u32;
+}
+
+/// The operating system's randomness.
+pub struct SystemDice;
+
+impl Dice for SystemDice {
+    fn roll_percent(&self) -> u32 {
+        let mut bytes = [0u8; 4];
+        // The system source does not fail on Linux; if it did, 0 applies the profile.
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+        u32::from_le_bytes(bytes) % 100
+    }
+}
