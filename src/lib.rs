@@ -16,6 +16,7 @@ pub mod resources;
 pub mod selectors;
 pub mod server;
 pub mod slo_config;
+pub mod state;
 pub mod stores;
 pub mod telemetry;
 pub mod tls;

@@ -1,5 +1,6 @@
 //! Prometheus metrics, served as text on `/metrics`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -54,9 +55,11 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_025, 2.0, 20))
 }
 
-/// Every metric of the process. Families are cheap handles; clone freely.
+/// Every metric of the process. Families are cheap handles and the registry is shared: a clone
+/// counts into the same metrics.
+#[derive(Clone)]
 pub struct Metrics {
-    registry: Registry,
+    registry: Arc<Registry>,
     pub requests: Family<WebhookLabels, Counter>,
     pub denials: Family<DenialLabels, Counter>,
     pub errors: Family<ErrorLabels, Counter>,
@@ -174,7 +177,7 @@ impl Metrics {
             leader,
             watch_restarts,
             writes,
-            registry,
+            registry: Arc::new(registry),
             requests,
             denials,
             errors,

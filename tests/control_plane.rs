@@ -117,7 +117,14 @@ async fn the_api_server_calls_the_webhook_over_tls() {
         .unwrap()
         .reader();
     let server = TestServer::start(cache, FeatureGates::default()).await;
-    let cert = server.shared.resolver.current().unwrap().cert_pem.clone();
+    let cert = server
+        .shared
+        .state
+        .resolver
+        .current()
+        .unwrap()
+        .cert_pem
+        .clone();
     let target = WebhookTarget::from_flags(Some("127.0.0.1"), server.addr.port());
     let configs =
         render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();
@@ -194,7 +201,7 @@ async fn the_api_server_calls_the_webhook_over_tls() {
         Some("tree-1")
     );
 
-    let requests = server.shared.admission.metrics().encode();
+    let requests = server.shared.state.metrics.encode();
     assert!(
         requests.contains(r#"koord_webhook_admission_requests_total{webhook="/validate-pod"}"#),
         "{requests}"

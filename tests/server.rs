@@ -231,12 +231,13 @@ async fn health_readiness_metrics_and_debug() {
     assert_eq!(conn.get("/readyz").await.0, StatusCode::OK);
     server
         .shared
+        .state
         .readiness
         .set_not_ready("cache", "not synced yet");
     let (status, body) = conn.get("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(String::from_utf8(body).unwrap(), "cache: not synced yet\n");
-    server.shared.readiness.set_ready("cache");
+    server.shared.state.readiness.set_ready("cache");
     assert_eq!(conn.get("/readyz").await.0, StatusCode::OK);
 
     let (_, body) = conn
@@ -386,10 +387,21 @@ async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
         let pair = support::new_pair(&format!("rotated-{round}"));
         server
             .shared
+            .state
             .resolver
             .set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes())
             .unwrap();
-        swapped_to.push(server.shared.resolver.current().unwrap().certified.cert[0].to_vec());
+        swapped_to.push(
+            server
+                .shared
+                .state
+                .resolver
+                .current()
+                .unwrap()
+                .certified
+                .cert[0]
+                .to_vec(),
+        );
     }
     let seen = client.await.expect("no request failed during the swaps");
 
@@ -650,16 +662,14 @@ async fn client_certificates_can_be_required() {
         let started = TestServer::start(quota_cache(), FeatureGates::default()).await;
         // The same handlers behind a listener that requires client certificates.
         let shared = std::sync::Arc::new(
-            koord_webhook::server::Shared::new(
-                koord_webhook::admission::Admission::new(
+            {
+                let state = std::sync::Arc::new(koord_webhook::state::State::new(
                     quota_cache(),
-                    FeatureGates::default(),
-                    koord_webhook::metrics::Metrics::new(),
-                ),
-                Default::default(),
-                started.shared.resolver.clone(),
-                Default::default(),
-            )
+                    started.shared.state.resolver.clone(),
+                ));
+                let admission = state.admission(FeatureGates::default());
+                koord_webhook::server::Shared::new(state, admission, Default::default())
+            }
             .with_client_ca(Some(ca.cert_pem.clone().into_bytes())),
         );
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

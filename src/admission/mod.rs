@@ -55,24 +55,18 @@ pub struct Admission {
 impl Admission {
     /// The endpoints of the webhook table whose gates are on, with their registered plugins.
     pub fn new(cache: Cache, gates: FeatureGates, metrics: Metrics) -> Self {
-        Self::with_services(cache, gates, metrics, Services::default())
-    }
-
-    /// As [`Admission::new`], with the outside systems plugins may write to.
-    pub fn with_services(
-        cache: Cache,
-        gates: FeatureGates,
-        metrics: Metrics,
-        services: Services,
-    ) -> Self {
         let endpoints = WEBHOOKS
             .iter()
             .filter(|spec| gates.enabled(spec.gate))
             .map(build_endpoint)
             .collect();
-        let mut admission = Self::with_endpoints(endpoints, cache, gates, metrics);
-        admission.env.services = services;
-        admission
+        Self::with_endpoints(endpoints, cache, gates, metrics)
+    }
+
+    /// The outside systems plugins may write to (none: `review`, `serve --state`, most tests).
+    pub fn with_services(mut self, services: Services) -> Self {
+        self.env.services = services;
+        self
     }
 
     /// Exactly these endpoints (tests and benchmarks build their own chains).

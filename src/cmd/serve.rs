@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
+use crate::admission::Services;
 use crate::admission::ports::{LedgerStore, QuotaStore};
-use crate::admission::{Admission, Services};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
@@ -19,9 +19,10 @@ use crate::controller::webhook_configs::Desired;
 use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
-use crate::metrics::{CertLabels, Metrics};
+use crate::metrics::CertLabels;
 use crate::names::{NAMESPACE, SERVICE_NAME};
-use crate::server::{self, Readiness, Shared};
+use crate::server::{self, Shared};
+use crate::state::State;
 use crate::stores::quota::KubeQuotaStore;
 use crate::stores::quota_ledger::KubeLedgerStore;
 use crate::tls::CertResolver;
@@ -132,29 +133,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // The one composition root: the state every part shares, then each part on it.
+    let state = Arc::new(State::new(cache, resolver));
+    let admission = state
+        .admission(gates)
+        .with_services(services)
+        .with_settings(args.rules.settings());
     let shared = Arc::new(
-        Shared::new(
-            Admission::with_services(cache, gates, Metrics::new(), services)
-                .with_settings(args.rules.settings()),
-            Readiness::default(),
-            resolver,
-            args.limits.limits(),
-        )
-        .with_client_ca(client_ca),
+        Shared::new(state.clone(), admission, args.limits.limits()).with_client_ca(client_ca),
     );
     let addr = SocketAddr::new(args.bind_address, args.port);
     let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");
     let server = server::build(listener, shared.clone())?;
     if let Some(files) = pair_files {
-        let counted = shared.clone();
+        let counted = state.clone();
         tokio::spawn(files.watch(
-            shared.resolver.clone(),
+            state.resolver.clone(),
             args.tls_reload_interval,
             move || {
                 counted
-                    .admission
-                    .metrics()
+                    .metrics
                     .cert_rotations
                     .get_or_create(&CertLabels {
                         certificate: "serving",
@@ -189,7 +188,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(controller::run(
             client,
             config,
-            shared.clone(),
+            state.clone(),
             writer,
             stop_rx.clone(),
         ))
@@ -204,7 +203,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The API server may still route to this replica for a moment: keep answering, then close.
     if operator_task.is_some() {
         tracing::info!(delay = ?args.operator.drain_delay, "terminating: draining");
-        shared.readiness.set_not_ready("shutdown", "terminating");
+        state.readiness.set_not_ready("shutdown", "terminating");
         tokio::time::sleep(args.operator.drain_delay).await;
     }
     let _ = stop_tx.send(true);

@@ -27,7 +27,7 @@ use crate::metrics::ConfigurationLabels;
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 use crate::names::{NAMESPACE, SERVICE_NAME};
 use crate::names::{SECRET_CA, SECRET_TLS};
-use crate::server::Shared;
+use crate::state::State;
 use certificates::{CertPolicy, Issuer, Next};
 use leader::{Leadership, LeaseTimings};
 
@@ -85,11 +85,11 @@ pub fn serving_hosts(webhook_host: Option<&str>) -> Vec<String> {
 pub async fn run(
     client: Client,
     config: OperatorConfig,
-    shared: Arc<Shared>,
+    state: Arc<State>,
     writer: crate::cache::CacheWriter,
     stop: watch::Receiver<bool>,
 ) {
-    let metrics = shared.admission.metrics();
+    let metrics = &state.metrics;
     let kick = Arc::new(Notify::new());
     let (leadership, election) = if config.leader_elect {
         let (leadership, election) = leader::election(config.lease);
@@ -103,24 +103,13 @@ pub async fn run(
     let cache_task =
         crate::cache::watch::run(client.clone(), writer, metrics.watch_restarts.clone());
     let cache_ready = {
-        let shared = shared.clone();
+        let state = state.clone();
         async move {
-            shared.readiness.set_not_ready("cache", "not synced yet");
+            state.readiness.set_not_ready("cache", "not synced yet");
             let synced = cache.wait_until_synced().await;
             if synced {
-                shared.readiness.set_ready("cache");
+                state.readiness.set_ready("cache");
                 tracing::info!(objects = ?cache.sizes(), "cache synced");
-            }
-            loop {
-                for (kind, count) in cache.sizes() {
-                    shared
-                        .admission
-                        .metrics()
-                        .cache_objects
-                        .get_or_create(&crate::metrics::KindLabels { kind })
-                        .set(count as i64);
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }
     };
@@ -161,17 +150,17 @@ pub async fn run(
         cache_task,
         cache_ready,
         election,
-        watch_serving_pair(client.clone(), shared.clone(), kick.clone()),
+        watch_serving_pair(client.clone(), state.clone(), kick.clone()),
         watch_configurations(client.clone(), kick.clone()),
         watch_ca_secret(client.clone(), kick.clone()),
         issue_as_leader(client.clone(), &config, leadership, kick.clone(), metrics),
-        check_readiness(client.clone(), &config, shared.clone(), kick.clone()),
+        check_readiness(client.clone(), &config, state.clone(), kick.clone()),
         recount_child_requests,
     );
 }
 
 /// Every replica serves the pair in `webhook-tls`, swapped in memory when the Secret changes.
-async fn watch_serving_pair(client: Client, shared: Arc<Shared>, kick: Arc<Notify>) {
+async fn watch_serving_pair(client: Client, state: Arc<State>, kick: Arc<Notify>) {
     let api: Api<Secret> = Api::namespaced(client, NAMESPACE);
     let config = watcher::Config::default().fields(&format!("metadata.name={SECRET_TLS}"));
     let mut events = watcher::watcher(api, config)
@@ -182,9 +171,9 @@ async fn watch_serving_pair(client: Client, shared: Arc<Shared>, kick: Arc<Notif
         match event {
             Ok(secret) => {
                 if let Some(tls) = secrets::read_tls(&secret) {
-                    let loaded = shared.resolver.current().map(|p| p.cert_pem.clone());
+                    let loaded = state.resolver.current().map(|p| p.cert_pem.clone());
                     if loaded.as_deref() != Some(tls.serving.cert_pem.as_bytes()) {
-                        match shared.resolver.set_pem(
+                        match state.resolver.set_pem(
                             tls.serving.cert_pem.as_bytes(),
                             tls.serving.key_pem.as_bytes(),
                         ) {
@@ -264,13 +253,16 @@ async fn issue_as_leader(
         leadership: leadership.clone(),
     };
     let mut wait = Duration::ZERO;
+    let mut kicked = Box::pin(kick.notified());
     loop {
-        let kicked = kick.notified();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = kicked => {}
+            _ = &mut kicked => {}
             _ = leadership.changed() => {}
         }
+        // Registered before the pass: a Secret changed during it ends the next wait at once (a
+        // `Notified` made after the pass would miss it, and the repair would wait for the timer).
+        kicked = Box::pin(kick.notified());
         let is_leader = leadership.is_leader();
         metrics.leader.set(i64::from(is_leader));
         if !is_leader || config.cert_mode == CertMode::External {
@@ -301,10 +293,10 @@ async fn issue_as_leader(
 async fn check_readiness(
     client: Client,
     config: &OperatorConfig,
-    shared: Arc<Shared>,
+    state: Arc<State>,
     kick: Arc<Notify>,
 ) {
-    let metrics = shared.admission.metrics();
+    let metrics = &state.metrics;
     let mut last_published: Option<Result<Vec<u8>, String>> = None;
     loop {
         let kicked = kick.notified();
@@ -315,7 +307,7 @@ async fn check_readiness(
                 "could not read the webhook configurations; readiness keeps the last bundle read"
             ),
         }
-        let verdict = match (shared.resolver.current(), &last_published) {
+        let verdict = match (state.resolver.current(), &last_published) {
             (None, _) => Err("no serving certificate loaded yet".to_owned()),
             (_, None) => Err("the webhook configurations have not been read yet".to_owned()),
             (_, Some(Err(e))) => Err(e.clone()),
@@ -330,8 +322,8 @@ async fn check_readiness(
                 .set(i64::from(verdict.is_ok()));
         }
         match verdict {
-            Ok(()) => shared.readiness.set_ready("certificate"),
-            Err(reason) => shared.readiness.set_not_ready("certificate", reason),
+            Ok(()) => state.readiness.set_ready("certificate"),
+            Err(reason) => state.readiness.set_not_ready("certificate", reason),
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}

@@ -14,8 +14,8 @@ use actix_web::http::Method;
 use actix_web::{App, HttpServer, web};
 
 use crate::admission::Admission;
-use crate::tls::{self, CertResolver, TlsError};
-pub use health::Readiness;
+use crate::state::State;
+use crate::tls::{self, TlsError};
 use limits::{BodyBudget, ConnectionStreams};
 pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 
@@ -23,11 +23,10 @@ pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 /// "failed calling webhook" errors when it reuses one we just closed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
 
-/// What the request handlers share.
+/// What the request handlers share: the process state, and the admission server's own parts.
 pub struct Shared {
+    pub state: Arc<State>,
     pub admission: Admission,
-    pub readiness: Readiness,
-    pub resolver: Arc<CertResolver>,
     pub limits: Limits,
     body_budget: BodyBudget,
     /// PEM of the CAs whose client certificates are required (`--client-ca-file`); none: no
@@ -36,16 +35,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(
-        admission: Admission,
-        readiness: Readiness,
-        resolver: Arc<CertResolver>,
-        limits: Limits,
-    ) -> Self {
+    /// `admission` counts into `state`'s metrics when built by [`State::admission`].
+    pub fn new(state: Arc<State>, admission: Admission, limits: Limits) -> Self {
         Self {
+            state,
             admission,
-            readiness,
-            resolver,
             body_budget: BodyBudget::new(limits.max_inflight_bytes),
             limits,
             client_ca: None,
@@ -79,7 +73,7 @@ pub fn build(
     listener: TcpListener,
     shared: Arc<Shared>,
 ) -> Result<actix_web::dev::Server, ServerError> {
-    let tls = tls::server_config(shared.resolver.clone(), shared.client_ca.as_deref())?;
+    let tls = tls::server_config(shared.state.resolver.clone(), shared.client_ca.as_deref())?;
     let limits = shared.limits.clone();
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);

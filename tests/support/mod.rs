@@ -15,12 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use koord_webhook::admission::Admission;
 use koord_webhook::cache::Cache;
 use koord_webhook::certs::{PemPair, self_signed};
 use koord_webhook::features::FeatureGates;
-use koord_webhook::metrics::Metrics;
-use koord_webhook::server::{self, Limits, Readiness, Shared};
+use koord_webhook::server::{self, Limits, Shared};
+use koord_webhook::state::State;
 use koord_webhook::tls::CertResolver;
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -127,12 +126,10 @@ impl TestServer {
         resolver
             .set_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes())
             .unwrap();
-        let shared = Arc::new(Shared::new(
-            Admission::new(cache, gates, Metrics::new()),
-            Readiness::default(),
-            resolver,
-            limits,
-        ));
+        // Built as `serve` builds it.
+        let state = Arc::new(State::new(cache, resolver));
+        let admission = state.admission(gates);
+        let shared = Arc::new(Shared::new(state, admission, limits));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = server::build(listener, shared.clone()).unwrap();
