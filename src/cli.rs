@@ -1,5 +1,6 @@
-//! Command line: one binary, one subcommand per job. Every flag can also come from an environment
-//! variable (`KOORD_WEBHOOK_<FLAG>`), as a Deployment sets them.
+//! Command line: one binary, one subcommand per job. Every flag of `serve` can also come from an
+//! environment variable, `KOORD_WEBHOOK_<FLAG>` (`--identity` from `POD_NAME`), as a Deployment
+//! sets them; the other subcommands, run by hand or by scripts, take flags only.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -212,39 +213,44 @@ pub struct OperatorFlags {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// Lifetime of the CA, e.g. `8760h`.
-    #[arg(long, default_value = "8760h", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_CA_VALIDITY", default_value = "8760h", value_parser = parse_duration_arg)]
     pub ca_validity: Duration,
     /// Lifetime of a serving certificate, e.g. `720h`.
-    #[arg(long, default_value = "720h", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_CERT_VALIDITY", default_value = "720h", value_parser = parse_duration_arg)]
     pub cert_validity: Duration,
     /// Renew a certificate when less than this fraction of its lifetime remains.
-    #[arg(long, default_value_t = 1.0 / 3.0, value_parser = parse_fraction)]
+    #[arg(long, env = "KOORD_WEBHOOK_RENEW_FRACTION", default_value_t = 1.0 / 3.0, value_parser = parse_fraction)]
     pub renew_fraction: f64,
     /// How long the old CA stays trusted after serving moved to the new one.
-    #[arg(long, default_value = "2m", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_CA_ROTATION_GRACE", default_value = "2m", value_parser = parse_duration_arg)]
     pub ca_rotation_grace: Duration,
     /// How long the bundle with both CAs stays published before serving moves to the new CA
     /// (API servers take a moment to load a changed webhook configuration).
-    #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_CA_PUBLISH_SETTLE", default_value = "10s", value_parser = parse_duration_arg)]
     pub ca_publish_settle: Duration,
     /// `self`: issue and rotate certificates; `external`: read `webhook-tls` as provided.
-    #[arg(long, value_enum, default_value = "self")]
+    #[arg(
+        long,
+        env = "KOORD_WEBHOOK_CERT_MODE",
+        value_enum,
+        default_value = "self"
+    )]
     pub cert_mode: CertMode,
     /// Leader election (client-go semantics): followers take the Lease once its record has not
     /// changed for --lease-duration; the leader gives up when it could not renew for
     /// --lease-renew-deadline (shorter); every replica tries every --lease-retry-period.
-    #[arg(long, default_value = "15s", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg)]
     pub lease_duration: Duration,
-    #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_LEASE_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration_arg)]
     pub lease_renew_deadline: Duration,
-    #[arg(long, default_value = "2s", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
     pub lease_retry_period: Duration,
     /// The leader recounts a quota's child-request from its pods once quota evaluation has not
     /// written it for this long (longer than an admitted pod takes to be stored or refused).
-    #[arg(long, default_value = "60s", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
     pub child_request_recount_quiet: Duration,
     /// On SIGTERM, keep serving this long before closing the listener.
-    #[arg(long, default_value = "5s", value_parser = parse_duration_arg)]
+    #[arg(long, env = "KOORD_WEBHOOK_DRAIN_DELAY", default_value = "5s", value_parser = parse_duration_arg)]
     pub drain_delay: Duration,
 }
 

@@ -1,4 +1,4 @@
-//! Feature gates: the table of names and defaults (spec/admission.md 0.3 as amended by 0.1) and the
+//! Feature gates: the table of names and defaults (docs/admission.md, conventions) and the
 //! `--feature-gates Name=true,...` parser.
 
 use std::fmt;

@@ -5,23 +5,23 @@
 //! plugins reach outside the process through. The plugins live in one folder per resource;
 //! registering one is a line in that folder's `mod.rs`.
 
-pub mod chain;
-pub mod colocation;
-pub mod configmap;
+pub(crate) mod chain;
+pub(crate) mod colocation;
+pub(crate) mod configmap;
 pub mod elastic_quota;
-pub mod endpoint;
-pub mod env;
-pub mod json_write;
-pub mod node;
-pub mod offload;
-pub mod outcome;
-pub mod patch;
-pub mod pod;
-pub mod ports;
-pub mod reservation;
-pub mod review;
+pub(crate) mod endpoint;
+pub(crate) mod env;
+pub(crate) mod json_write;
+pub(crate) mod node;
+pub(crate) mod offload;
+pub(crate) mod outcome;
+pub(crate) mod patch;
+pub(crate) mod pod;
+pub(crate) mod ports;
+pub(crate) mod reservation;
+pub(crate) mod review;
 pub mod settings;
-pub mod skip_fields;
+pub(crate) mod skip_fields;
 pub mod webhooks;
 
 use std::time::Duration;
@@ -96,14 +96,6 @@ impl Admission {
 
     pub fn metrics(&self) -> &Metrics {
         &self.env.metrics
-    }
-
-    pub fn cache(&self) -> &Cache {
-        &self.env.cache
-    }
-
-    pub fn gates(&self) -> &FeatureGates {
-        &self.env.gates
     }
 
     /// The enabled endpoint at `path`.

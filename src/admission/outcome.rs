@@ -1,6 +1,6 @@
 //! What a plugin returns when it refuses a request.
 
-/// A refusal with the HTTP-like code the API server shows to the user (spec/admission.md 0.2).
+/// A refusal with the HTTP-like code the API server shows to the user (docs/admission.md, conventions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     pub code: u16,

@@ -1,5 +1,5 @@
 //! The admission endpoints and the webhook configuration entries that route to them
-//! (spec/admission.md 0.4). The server, `review`, the manifests and the operator all read this table.
+//! (docs/admission.md). The server, `review`, the manifests and the operator all read this table.
 
 use crate::features::Gate;
 

@@ -1,4 +1,4 @@
-//! Label and annotation names the webhooks read and write (spec/admission.md section 11).
+//! Label and annotation names the webhooks read and write.
 
 /// Prefix of every ElasticQuota label and annotation.
 pub const QUOTA_PREFIX: &str = "quota.scheduling.koordinator.sh/";

@@ -1,4 +1,4 @@
-//! The ElasticQuota tree as admission sees it (spec/admission.md 7.2).
+//! The ElasticQuota tree as admission sees it.
 //!
 //! Names are global (Koordinator ignores the namespace). Every quota, every parent a quota names, and
 //! the root have a child set, so the structure built from a set of quotas is the same whatever order

@@ -1,4 +1,4 @@
-//! Cluster mode: kube-runtime watches fill the cache (spec/operator.md 5). Pods and Nodes are watched
+//! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Pods and Nodes are watched
 //! as metadata only; ConfigMaps only in the operator's namespace. A broken watch resumes with
 //! kube-runtime's backoff while the cache stays readable.
 

@@ -1,4 +1,4 @@
-//! The leader's certificate work (spec/operator.md 2): issue the CA and the serving pair, renew
+//! The leader's certificate work (docs/certificates.md): issue the CA and the serving pair, renew
 //! them before they run out, rotate the CA in stages, recover lost Secrets, and publish the bundle
 //! in the webhook configurations. One pass of [`Issuer::reconcile`] does what the current state
 //! asks; it runs on start, on every watch event of the Secrets and configurations, and on a timer.

@@ -1,4 +1,4 @@
-//! Cluster mode of `serve` (spec/operator.md): the cache watches, leader election, the leader's
+//! Cluster mode of `serve` (docs/architecture.md): the cache watches, leader election, the leader's
 //! certificate and webhook-configuration work, and on every replica the serving pair taken from the
 //! `webhook-tls` Secret and the readiness proof that the published caBundle verifies it.
 
@@ -59,7 +59,7 @@ pub struct OperatorConfig {
     pub verify_host: String,
 }
 
-/// The SANs of the serving certificate (spec/operator.md 2).
+/// The SANs of the serving certificate (docs/certificates.md).
 pub fn serving_hosts(webhook_host: Option<&str>) -> Vec<String> {
     let svc = SERVICE_NAME;
     let mut hosts = vec![

@@ -19,7 +19,7 @@ pub const PHASE_SINCE_ANNOTATION: &str = "koord-webhook/ca-rotation-phase-since"
 pub const CA_NOT_AFTER_ANNOTATION: &str = "koord-webhook/ca-not-after";
 pub const SERVING_NOT_AFTER_ANNOTATION: &str = "koord-webhook/serving-not-after";
 
-/// Where a CA rotation stands (spec/operator.md 2).
+/// Where a CA rotation stands (docs/certificates.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// One CA, trusted and signing.

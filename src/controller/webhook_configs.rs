@@ -1,5 +1,5 @@
 //! Keeping the two webhook configurations as the gates and flags say, with the CA bundle on every
-//! entry (spec/operator.md 3).
+//! entry (docs/certificates.md).
 //!
 //! The operator owns only the fields it must: each entry's `clientConfig.caBundle`, and the whole
 //! `clientConfig` when it is told where the API server calls it (`--webhook-host`, URL mode). The rest

@@ -1,4 +1,4 @@
-//! Least-privilege RBAC (spec/operator.md section 7).
+//! Least-privilege RBAC.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{

@@ -1,5 +1,5 @@
 //! The two webhook configurations, computed from the webhook table and the enabled gates
-//! (spec/admission.md 0.4). The install manifests and the operator both use this.
+//! (docs/admission.md). The install manifests and the operator both use this.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{

@@ -1,4 +1,4 @@
-//! Koordinator priority classes and QoS classes of a pod (spec 1.6), in one place for the mutating
+//! Koordinator priority classes and QoS classes of a pod, in one place for the mutating
 //! and validating webhooks alike.
 
 use crate::apis::meta::label;

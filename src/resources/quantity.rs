@@ -90,14 +90,6 @@ impl Qty {
         Self { milli, format }
     }
 
-    /// A whole number of units (cores, bytes, devices).
-    pub fn from_units(units: i64, format: Format) -> Self {
-        Self {
-            milli: units as i128 * 1000,
-            format,
-        }
-    }
-
     pub fn milli(&self) -> i128 {
         self.milli
     }

@@ -1,4 +1,4 @@
-//! The rejection format of slo-controller-config checks (spec 9.4): `___{"reason":R,"message":M}___`,
+//! The rejection format of slo-controller-config checks: `___{"reason":R,"message":M}___`,
 //! keys in the order Go serialises its structs.
 
 use std::collections::BTreeMap;

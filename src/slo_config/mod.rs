@@ -1,4 +1,4 @@
-//! The slo-controller ConfigMap (spec 9): its five validated keys as types, their field rules, and
+//! The slo-controller ConfigMap (docs/admission.md, /validate-configmap): its five validated keys as types, their field rules, and
 //! the node-strategy checks shared by /validate-configmap and /validate-node.
 
 pub mod error;
@@ -115,7 +115,7 @@ pub struct CheckEnv<'a> {
     pub system: Option<&'a SystemCfg>,
 }
 
-/// Spec 9.1 steps 1-5 for one key: parse, node selectors, field rules, names, overlap.
+/// The checks of one key, in order: parse, node selectors, field rules, names, overlap.
 pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parsed, ConfigError> {
     let parsed = Parsed::parse(key, text).map_err(|e| {
         ConfigError::ParseConfigFail(format!(
@@ -233,7 +233,7 @@ pub fn node_conflict(
     })
 }
 
-/// Every key that parses, for checks that skip what does not ("force parse", spec 5).
+/// Every key that parses, for checks that skip what does not ("force parse", as Koordinator does).
 pub fn parse_leniently(
     data: &std::collections::BTreeMap<String, String>,
 ) -> Vec<(ConfigKey, Parsed)> {

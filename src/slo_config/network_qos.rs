@@ -1,4 +1,4 @@
-//! Network QoS of `resource-qos-config` (spec 9.2, with the decisions of 0.1/0.1b): each value an
+//! Network QoS of `resource-qos-config`: each value an
 //! integer percentage 0-100 or a quantity; one kind of request per strategy; integer requests within
 //! 100 %; quantity requests within the node's `totalNetworkBandwidth` from `system-config` when known.
 

@@ -1,5 +1,5 @@
-//! Which node strategies a node matches: the heuristic of spec 9.3 that finds overlapping selectors
-//! at configuration time ("virtual nodes"), and the check of a real node's labels (spec 5 and 9.1).
+//! Which node strategies a node matches: the heuristic that finds overlapping selectors
+//! at configuration time ("virtual nodes"), and the check of a real node's labels.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 

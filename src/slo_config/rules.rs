@@ -1,4 +1,4 @@
-//! Field rules of spec 9.2, one line per field, with the messages and field paths of Go's validator
+//! The field rules of the ConfigMap keys, one line per field, with the messages and field paths of Go's validator
 //! (English translations): `{"ColocationCfg.ColocationStrategy.DegradeTimeMinutes": "DegradeTimeMinutes
 //! must be 1 or greater"}`. An unset field is not checked; a field reports its first broken rule only.
 

@@ -1,4 +1,4 @@
-//! Each rule of spec 9.2 and each error format of 9.4, through [`check_key`].
+//! Each field rule and each error format of the slo-controller ConfigMap checks, through [`check_key`].
 
 use serde_json::{Value, json};
 

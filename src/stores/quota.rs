@@ -1,4 +1,4 @@
-//! The quota evaluation write (spec/admission.md 2.6) against the API server: read the quota, and
+//! The quota evaluation write (docs/admission.md, /validate-pod) against the API server: read the quota, and
 //! replace it carrying the resourceVersion read, so a concurrent writer makes it a conflict that the
 //! evaluator retries.
 

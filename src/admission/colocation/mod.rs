@@ -1,5 +1,5 @@
-//! ClusterColocationProfile application, shared by /mutate-pod (spec 1.2) and /mutate-reservation
-//! (spec 8): which profiles match, the probability draw, and the metadata edits.
+//! ClusterColocationProfile application, shared by /mutate-pod and /mutate-reservation:
+//! which profiles match, the probability draw, and the metadata edits.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -100,7 +100,7 @@ fn copy_keys(map: &mut BTreeMap<String, String>, mapping: Option<&BTreeMap<Strin
     }
 }
 
-/// Spec 1.2 c.1-5, 7 and 9: labels, annotations, key mappings, suffixes, QoS and priority labels.
+/// labels, annotations, key mappings, suffixes, QoS and priority labels.
 pub fn apply_metadata(meta: &mut ObjectMeta, spec: &ClusterColocationProfileSpec) {
     let labels = meta.labels.get_or_insert_with(BTreeMap::new);
     labels.extend(spec.labels.clone().unwrap_or_default());

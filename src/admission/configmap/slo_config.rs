@@ -1,4 +1,4 @@
-//! Spec 9: the slo-controller ConfigMap must hold valid strategies whose node selectors neither
+//! The slo-controller ConfigMap must hold valid strategies whose node selectors neither
 //! overlap nor both match a node of the cluster. Only keys that are new or changed are checked, so an
 //! invalid value already stored does not block unrelated edits.
 

@@ -1,4 +1,4 @@
-//! `GET /debug/elastic-quota`: the quota tree as the webhooks see it (spec 0.1).
+//! `GET /debug/elastic-quota`: the quota tree as the webhooks see it.
 
 use std::collections::BTreeMap;
 

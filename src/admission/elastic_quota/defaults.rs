@@ -1,4 +1,4 @@
-//! Spec 6: defaults filled in on ElasticQuota CREATE: parent, tree id and shared weight.
+//! Defaults filled in on ElasticQuota CREATE: parent, tree id and shared weight.
 
 use std::collections::BTreeMap;
 

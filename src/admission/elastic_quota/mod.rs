@@ -1,5 +1,5 @@
 //! ElasticQuota: the defaults of the mutating webhook, the tree rules of the validating one, and the
-//! `/debug/elastic-quota` view.
+//! `/debug/elastic-quota` view. Rules and messages: docs/admission.md.
 
 pub mod debug;
 mod defaults;

@@ -1,4 +1,4 @@
-//! Spec 7.3 self checks: what a quota must satisfy on its own (CREATE and UPDATE).
+//! What a quota must satisfy on its own (CREATE and UPDATE).
 
 use crate::apis::ElasticQuota;
 use crate::apis::meta::annotation;

@@ -1,4 +1,4 @@
-//! Spec 7.3: the rules a quota must satisfy within the tree, for CREATE, UPDATE and DELETE.
+//! The rules a quota must satisfy within the tree, for CREATE, UPDATE and DELETE.
 //!
 //! Pure functions of the topology, the quota and a view of the bound pods; the plugin in
 //! `validate.rs` runs them under the topology's write lock and applies the accepted change.

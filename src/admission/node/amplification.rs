@@ -1,4 +1,4 @@
-//! Spec 4 (+ AmplifyNodeCapacity of 0.1): a node's cpu and memory allocatable are multiplied by its
+//! A node's cpu and memory allocatable are multiplied by its
 //! amplification ratios. The kubelet's own values are kept in `raw-allocatable` (and `raw-capacity`),
 //! re-recorded whenever the kubelet reports a new allocatable, so amplification never compounds.
 

@@ -1,4 +1,4 @@
-//! Addition of spec 0.1: a node's amplification ratios must be a JSON object of resource name to
+//! Ours, beyond Koordinator: a node's amplification ratios must be a JSON object of resource name to
 //! number, each between 1 and `--max-amplification-ratio`. Checked on CREATE, and on UPDATE when the
 //! annotation changed; removing it is always accepted.
 

@@ -1,4 +1,5 @@
-//! /mutate-node-status (resource amplification) and /validate-node plugins, in chain order.
+//! /mutate-node-status (resource amplification) and /validate-node plugins, in chain order. Rules
+//! and messages: docs/admission.md.
 
 mod amplification;
 mod amplification_bounds;

@@ -1,4 +1,4 @@
-//! Spec 5: a node whose labels change may not come to match two node strategies of one key of the
+//! A node whose labels change may not come to match two node strategies of one key of the
 //! slo-controller ConfigMap. On CREATE the conflict is only logged, as Koordinator does.
 
 use super::Node;

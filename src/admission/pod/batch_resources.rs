@@ -1,4 +1,4 @@
-//! Spec 1.2 step 6: a batch or mid pod asks for `kubernetes.io/batch-*` (`mid-*`) resources instead of
+//! A batch or mid pod asks for `kubernetes.io/batch-*` (`mid-*`) resources instead of
 //! cpu and memory; cpu becomes an integer of milli-cores, memory keeps its quantity.
 
 use std::collections::BTreeMap;
@@ -161,7 +161,7 @@ mod tests {
             assert_eq!(convert(&mut p), Ok(false));
             assert_eq!(p, before);
         }
-        // No class and no QoS label: a BestEffort-looking pod converts as batch (spec 0.1b).
+        // No class and no QoS label: a BestEffort-looking pod converts as batch.
         let mut p: Pod =
             serde_json::from_value(json!({"spec": {"containers": [{"name": "c"}]}})).unwrap();
         assert_eq!(convert(&mut p), Ok(false), "nothing to move");

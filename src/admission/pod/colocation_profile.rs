@@ -1,4 +1,4 @@
-//! Spec 1.2: matching ClusterColocationProfiles are applied to a new pod in name order, then its
+//! Matching ClusterColocationProfiles are applied to a new pod in name order, then its
 //! cpu and memory become batch/mid resources when its priority class asks for them.
 
 use k8s_openapi::api::core::v1::Pod;

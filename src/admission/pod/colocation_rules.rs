@@ -1,4 +1,4 @@
-//! Spec 2.3: QoS and priority rules of colocation. QoS class, priority class and the Koordinator
+//! QoS and priority rules of colocation. QoS class, priority class and the Koordinator
 //! priority label are immutable; batch resources need QoS BE; BE and LSR pods need a priority class
 //! that fits them; LSR/LSE pods ask for whole CPUs.
 

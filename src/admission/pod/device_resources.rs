@@ -1,4 +1,4 @@
-//! Spec 1.5: GPU requests in the forms the device scheduler understands: a whole `koordinator.sh/gpu`
+//! GPU requests in the forms the device scheduler understands: a whole `koordinator.sh/gpu`
 //! becomes gpu-core and gpu-memory-ratio, and every GPU container gets a `gpu.shared` count.
 
 use std::collections::BTreeMap;
@@ -81,7 +81,7 @@ pub fn normalise(c: &mut Container) -> Result<(), String> {
     if gpu.is_none() && had_shared {
         return Ok(());
     }
-    // Koordinator writes into a missing limits map and crashes; we create it (spec 0.1).
+    // Koordinator writes into a missing limits map and crashes; we create it.
     let limits = resources.limits.get_or_insert_with(BTreeMap::new);
     if let Some(gpu) = gpu {
         for list in [&mut *requests, &mut *limits] {

@@ -1,4 +1,4 @@
-//! Spec 2.7 (gate ValidatePodDeviceResource): GPU requests that the device scheduler can honour.
+//! (gate ValidatePodDeviceResource) GPU requests that the device scheduler can honour.
 
 use std::collections::BTreeMap;
 

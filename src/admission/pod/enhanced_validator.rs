@@ -1,4 +1,4 @@
-//! Spec 2.8 (gate EnablePodEnhancedValidator): pods must carry the labels the rules of the
+//! (gate EnablePodEnhancedValidator) Pods must carry the labels the rules of the
 //! enhanced-validator ConfigMap require, unless their namespace is whitelisted or they opt out.
 //! The ConfigMap is read from the cache, so edits apply as soon as the watch delivers them; rules
 //! that stop parsing leave the last good ones in force.

@@ -1,4 +1,4 @@
-//! Spec 1.3: the batch resources of each regular container, recorded in the pod's
+//! The batch resources of each regular container, recorded in the pod's
 //! `node.koordinator.sh/extended-resource-spec` annotation for the koordlet.
 
 use std::collections::BTreeMap;

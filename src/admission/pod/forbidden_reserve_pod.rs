@@ -1,4 +1,4 @@
-//! Spec 2.2: users may not mark their pods as reserve pods; only the scheduler creates those.
+//! Users may not mark their pods as reserve pods; only the scheduler creates those.
 
 use k8s_openapi::api::core::v1::Pod;
 

@@ -1,4 +1,5 @@
-//! /mutate-pod and /validate-pod plugins, in chain order.
+//! /mutate-pod and /validate-pod plugins, in chain order. What each rule does and the message a
+//! user reads: docs/admission.md.
 
 mod batch_resources;
 mod colocation_profile;

@@ -1,4 +1,4 @@
-//! Spec 1.4 (gate MultiQuotaTree): a pod whose quota belongs to a quota tree is kept on that tree's
+//! (gate MultiQuotaTree) A pod whose quota belongs to a quota tree is kept on that tree's
 //! nodes: the node selector of the tree's ElasticQuotaProfile joins every required node-affinity term.
 
 use crate::apis::meta::label;

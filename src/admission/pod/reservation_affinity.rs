@@ -1,4 +1,4 @@
-//! Addition of spec 0.1 (gate ReservationAffinityValidation): a pod that names a Reservation in its
+//! Ours, beyond Koordinator (gate ReservationAffinityValidation): a pod that names a Reservation in its
 //! reservation-affinity annotation is refused when that Reservation is missing, finished, or has
 //! not enough free resources for it.
 

@@ -1,9 +1,10 @@
 //! The admission framework's ports: what plugins reach outside the process through. The framework
 //! holds them in [`Services`](super::env::Services); the API-server implementations live in
-//! `crate::stores`, the in-memory ones (tests, benchmarks) in `memory.rs`. Plugins and the
+//! `crate::stores`, the in-memory ones (unit tests) in `memory.rs`. Plugins and the
 //! framework depend on these traits only, never on each other's types.
 
-pub mod memory;
+#[cfg(test)]
+pub(crate) mod memory;
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};

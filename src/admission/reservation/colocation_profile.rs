@@ -1,4 +1,4 @@
-//! Spec 8: matching ClusterColocationProfiles applied to a new Reservation: its own labels select the
+//! Matching ClusterColocationProfiles applied to a new Reservation: its own labels select the
 //! profiles (namespace selectors do not apply to a cluster-scoped object), metadata edits land on the
 //! Reservation, scheduler and priority on its pod template, and the patch on the whole object.
 //! No resource conversion.

@@ -1,4 +1,4 @@
-//! Spec 2.5: with `EnableQuotaAdmission`, a pod is admitted only if its quota has room for it.
+//! With `EnableQuotaAdmission`, a pod is admitted only if its quota has room for it.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Spec 2.6: quota evaluation. A pod is admitted only if the quota's recorded child requests plus the
+//! Quota evaluation. A pod is admitted only if the quota's recorded child requests plus the
 //! pod's stay within its limit; admitted pods are recorded in the `child-request` annotation.
 //!
 //! Concurrent pods for one quota are coalesced: they queue per quota, and one task evaluates the whole

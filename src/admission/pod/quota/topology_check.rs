@@ -1,4 +1,4 @@
-//! Spec 2.4: a pod may not be bound to a parent quota, nor change its preemptible label.
+//! A pod may not be bound to a parent quota, nor change its preemptible label.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::Operation;

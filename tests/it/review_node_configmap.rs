@@ -2,7 +2,7 @@
 //! state with an slo-controller ConfigMap (cpu-burst strategies `pool-a` and `zone-z`) and three
 //! nodes: node-1 (pool=a), node-2 (zone=z), node-both (both labels).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::fixture;

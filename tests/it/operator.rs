@@ -3,7 +3,7 @@
 //! TLS in URL mode (127.0.0.1); the operator runs with the RBAC of `manifests/` by impersonating its
 //! ServiceAccount.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -71,7 +71,7 @@ async fn fresh_install_rotation_drift_and_loss() {
     let bundle = data(&tls_secret, "ca.crt");
     assert_eq!(bundle.trim(), ca_pem.trim());
     let published = bundles(&client).await;
-    assert_eq!(published.len(), 9, "every entry of spec 0.4");
+    assert_eq!(published.len(), 9, "every entry of the webhook table");
     assert!(
         published.iter().all(|b| *b == bundle.as_bytes()),
         "caBundle on every entry"

@@ -6,7 +6,7 @@
 //!
 //! One test, one cluster: the steps build on each other, as they would for a user.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

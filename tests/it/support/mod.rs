@@ -1,8 +1,6 @@
 //! Shared test support: an in-process admission server on an ephemeral port, and TLS clients that
 //! report the certificate they were shown.
 
-#![allow(dead_code)]
-
 pub mod certs;
 pub mod control_plane;
 pub mod node;

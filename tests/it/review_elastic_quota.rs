@@ -2,7 +2,7 @@
 //! fixture tree: parent-a (is-parent, min cpu 8) > child-a1 (min cpu 2, max cpu 4, 3 CPUs admitted),
 //! and pod web-0 bound to child-a1.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::fixture;

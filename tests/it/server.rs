@@ -1,6 +1,6 @@
 //! The HTTPS admission server, called over real TLS connections on an ephemeral port.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

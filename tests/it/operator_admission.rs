@@ -2,7 +2,7 @@
 //! QoS rules, quota trees, node amplification, the slo-controller ConfigMap, quota evaluation with
 //! concurrent pods, an API server restart, and `koord-webhook status`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

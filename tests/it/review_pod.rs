@@ -2,7 +2,7 @@
 //! the colocation profile `colocation-spark` (spark pods in colocation namespaces become BE batch
 //! pods), a quota tree with a profile, an enhanced-validator config and a Reservation.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::fixture;

@@ -1,7 +1,7 @@
 //! Against a real kube-apiserver and etcd: the CRDs, the install manifests, and the API server
 //! calling koord-webhook over TLS.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

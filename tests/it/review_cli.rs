@@ -1,6 +1,6 @@
 //! `koord-webhook review` through the real binary: its output and exit codes are a public contract.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

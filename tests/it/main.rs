@@ -1,0 +1,18 @@
+//! Every integration test, in one binary: the crate and its dependencies are linked once, and the
+//! shared helpers in `support/` are compiled once (and checked for dead code like any module).
+//!
+//! The real-node test (`node::`) needs root and starts a one-node cluster; `scripts/test` runs it on
+//! its own, after the rest, so that its timings are not shared with other control planes.
+
+mod support;
+
+mod control_plane;
+mod generated;
+mod node;
+mod operator;
+mod operator_admission;
+mod review_cli;
+mod review_elastic_quota;
+mod review_node_configmap;
+mod review_pod;
+mod server;
