@@ -5,6 +5,8 @@
 pub mod certificates;
 pub mod child_requests;
 pub mod leader;
+#[cfg(test)]
+pub(crate) mod scripted_api;
 pub mod secrets;
 pub mod webhook_configs;
 

@@ -369,4 +369,145 @@ mod tests {
         );
         assert_eq!(ops[0]["value"], json!({"name": "new"}));
     }
+
+    // The steps against a scripted API server: exactly these calls, in this order.
+    mod against_the_api {
+        use super::*;
+        use crate::controller::scripted_api::{self, Step};
+        use base64::Engine;
+        use hyper::http::{Method, StatusCode};
+
+        const MUTATING_PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/koordinator-mutating-webhook-configuration";
+        const VALIDATING_PATH: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/koordinator-validating-webhook-configuration";
+
+        fn desired() -> Desired {
+            Desired {
+                gates: FeatureGates::default(),
+                target: WebhookTarget::from_flags(None, 9443),
+            }
+        }
+
+        fn stored<C: Configuration>(bundle: &[u8]) -> Value {
+            let mut value =
+                serde_json::to_value(C::desired(&desired().gates, &desired().target, bundle))
+                    .unwrap();
+            value["metadata"]["resourceVersion"] = json!("7");
+            value
+        }
+
+        fn b64(bytes: &[u8]) -> String {
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        }
+
+        #[tokio::test]
+        async fn missing_configurations_are_created_whole_by_apply() {
+            let (client, server) = scripted_api::client(vec![
+                Step::not_found(Method::GET, MUTATING_PATH),
+                Step::new(
+                    Method::PATCH,
+                    MUTATING_PATH,
+                    StatusCode::CREATED,
+                    stored::<MutatingWebhookConfiguration>(b"ca"),
+                ),
+                Step::not_found(Method::GET, VALIDATING_PATH),
+                Step::new(
+                    Method::PATCH,
+                    VALIDATING_PATH,
+                    StatusCode::CREATED,
+                    stored::<ValidatingWebhookConfiguration>(b"ca"),
+                ),
+            ]);
+            let wrote = converge_all(&client, &desired(), b"ca", &Leadership::always())
+                .await
+                .unwrap();
+            drop(client);
+            let seen = server.await.unwrap();
+            assert!(wrote);
+            for write in [&seen[1], &seen[3]] {
+                assert_eq!(write.content_type, "application/apply-patch+yaml");
+                assert!(
+                    write.path_and_query.contains("fieldManager=koord-webhook"),
+                    "{}",
+                    write.path_and_query
+                );
+                let entries = write.body["webhooks"].as_array().unwrap();
+                assert!(!entries.is_empty());
+                for entry in entries {
+                    assert_eq!(entry["clientConfig"]["caBundle"], b64(b"ca"));
+                }
+            }
+        }
+
+        #[tokio::test]
+        async fn a_stale_bundle_is_patched_entry_by_entry_behind_name_guards() {
+            let (client, server) = scripted_api::client(vec![
+                Step::new(
+                    Method::GET,
+                    MUTATING_PATH,
+                    StatusCode::OK,
+                    stored::<MutatingWebhookConfiguration>(b"old"),
+                ),
+                Step::new(
+                    Method::PATCH,
+                    MUTATING_PATH,
+                    StatusCode::OK,
+                    stored::<MutatingWebhookConfiguration>(b"new"),
+                ),
+                // Already current: read, not written.
+                Step::new(
+                    Method::GET,
+                    VALIDATING_PATH,
+                    StatusCode::OK,
+                    stored::<ValidatingWebhookConfiguration>(b"new"),
+                ),
+            ]);
+            let wrote = converge_all(&client, &desired(), b"new", &Leadership::always())
+                .await
+                .unwrap();
+            drop(client);
+            let seen = server.await.unwrap();
+            assert!(wrote);
+            let patch = &seen[1];
+            assert_eq!(patch.content_type, "application/json-patch+json");
+            let ops = patch.body.as_array().unwrap();
+            let entries = stored::<MutatingWebhookConfiguration>(b"new")["webhooks"]
+                .as_array()
+                .unwrap()
+                .len();
+            assert_eq!(
+                ops.len(),
+                2 * entries,
+                "a guard and an add per entry: {ops:?}"
+            );
+            for (i, pair) in ops.chunks(2).enumerate() {
+                assert_eq!(pair[0]["op"], "test");
+                assert_eq!(pair[0]["path"], format!("/webhooks/{i}/name"));
+                assert_eq!(pair[1]["op"], "add");
+                assert_eq!(
+                    pair[1]["path"],
+                    format!("/webhooks/{i}/clientConfig/caBundle")
+                );
+                assert_eq!(pair[1]["value"], b64(b"new"));
+            }
+        }
+
+        #[tokio::test]
+        async fn a_replica_without_the_lease_reads_but_writes_nothing() {
+            let (follower, _election) = crate::controller::leader::election(Default::default());
+            assert!(!follower.is_leader());
+            let (client, server) = scripted_api::client(vec![Step::new(
+                Method::GET,
+                MUTATING_PATH,
+                StatusCode::OK,
+                stored::<MutatingWebhookConfiguration>(b"old"),
+            )]);
+            let result = converge_all(&client, &desired(), b"new", &follower).await;
+            drop(client);
+            assert!(
+                matches!(result, Err(IssueError::NotLeader(_))),
+                "{result:?}"
+            );
+            assert_eq!(server.await.unwrap().len(), 1, "no write after the read");
+        }
+    }
 }

@@ -106,3 +106,82 @@ impl LedgerStore for KubeLedgerStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::ports::ChangeKind;
+    use crate::controller::scripted_api::{self, Step, status};
+    use hyper::http::{Method, StatusCode};
+    use serde_json::json;
+
+    const PATH: &str =
+        "/api/v1/namespaces/koordinator-system/configmaps/koord-webhook-quota-ledger";
+
+    fn change() -> PendingChange {
+        PendingChange {
+            id: "uid-1".into(),
+            namespace: "ns".into(),
+            name: "q".into(),
+            operation: ChangeKind::Create,
+            resource_version: None,
+        }
+    }
+
+    fn stored(version: &str, last: Option<&PendingChange>) -> serde_json::Value {
+        let mut config_map = serde_json::to_value(record(
+            Some(version),
+            last.map(|c| serde_json::to_string(c).unwrap()),
+        ))
+        .unwrap();
+        config_map["apiVersion"] = json!("v1");
+        config_map["kind"] = json!("ConfigMap");
+        config_map
+    }
+
+    #[tokio::test]
+    async fn a_missing_record_is_created_by_apply_then_read() {
+        let (client, server) = scripted_api::client(vec![
+            Step::not_found(Method::GET, PATH),
+            Step::new(Method::PATCH, PATH, StatusCode::CREATED, stored("1", None)),
+            Step::new(Method::GET, PATH, StatusCode::OK, stored("1", None)),
+        ]);
+        let record = KubeLedgerStore { client }.read().await.unwrap();
+        assert_eq!(record.version, "1");
+        assert_eq!(record.last, None);
+        let seen = server.await.unwrap();
+        assert_eq!(seen[1].content_type, "application/apply-patch+yaml");
+        assert!(
+            seen[1]
+                .path_and_query
+                .contains("fieldManager=koord-webhook")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_names_the_version_read_and_a_409_is_a_conflict() {
+        let (client, server) = scripted_api::client(vec![
+            Step::new(
+                Method::PUT,
+                PATH,
+                StatusCode::OK,
+                stored("2", Some(&change())),
+            ),
+            Step::new(
+                Method::PUT,
+                PATH,
+                StatusCode::CONFLICT,
+                status(409, "Conflict"),
+            ),
+        ]);
+        let store = KubeLedgerStore { client };
+        store.write("1", &change()).await.unwrap();
+        assert_eq!(store.write("1", &change()).await, Err(StoreError::Conflict));
+        drop(store);
+        let seen = server.await.unwrap();
+        assert_eq!(seen[0].body["metadata"]["resourceVersion"], "1");
+        let written: PendingChange =
+            serde_json::from_str(seen[0].body["data"][KEY].as_str().unwrap()).unwrap();
+        assert_eq!(written, change());
+    }
+}
