@@ -270,7 +270,9 @@ fn base64_len(bytes: &[u8]) -> usize {
 
 /// Adds `patchType` and `patch` (base64, as the API encodes `[]byte`) as the response's last fields.
 /// The base64 text goes straight into the output: serde_json would scan all of it for characters to
-/// escape, and the alphabet has none.
+/// escape, and the alphabet has none. It pays: through serde (a `patch: String` field) a /mutate-pod
+/// review took 4-5 % longer in `cargo bench --bench pod_review` (45.8 vs 43.3-43.9 µs at 4 KiB,
+/// 133.0 vs 126.3-126.8 µs at 15 KiB).
 fn append_patch(out: &mut Vec<u8>, patch: &[u8]) {
     let engine = &base64::engine::general_purpose::STANDARD;
     // The review ends with the closing braces of `response` and of the review itself.
