@@ -36,8 +36,9 @@ fn meta(name: &str) -> ObjectMeta {
 }
 
 /// Probes go to the plain-HTTP operations port, so they work when the admission port requires
-/// client certificates (`--client-ca-file`).
-fn probe(path: &str, period: i32) -> Probe {
+/// client certificates (`--client-ca-file`). `period` x `failures` is how long a replica that stopped
+/// answering keeps its place.
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
@@ -47,7 +48,7 @@ fn probe(path: &str, period: i32) -> Probe {
         }),
         period_seconds: Some(period),
         timeout_seconds: Some(2),
-        failure_threshold: Some(3),
+        failure_threshold: Some(failures),
         ..Default::default()
     }
 }
@@ -109,8 +110,11 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
                 value_from: None,
             },
         ]),
-        liveness_probe: Some(probe("/healthz", 10)),
-        readiness_probe: Some(probe("/readyz", 5)),
+        // Restarted after 30 s without an answer; out of the Service after about 4 s: with
+        // failurePolicy Fail, every call the API server sends a hung replica fails after its
+        // timeout, so it must leave the endpoints quickly.
+        liveness_probe: Some(probe("/healthz", 10, 3)),
+        readiness_probe: Some(probe("/readyz", 2, 2)),
         resources: Some(ResourceRequirements {
             requests: Some(quantities("100m", "64Mi")),
             limits: Some(quantities("1", "256Mi")),

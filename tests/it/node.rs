@@ -125,9 +125,31 @@ async fn serving_rotations_drop_nothing(node: &Node, client: &kube::Client, bund
     )
     .await;
     node.wait_rolled_out(Duration::from_secs(180)).await;
-    eventually(Duration::from_secs(60), "two Ready replicas", || async {
-        (replicas(client).await.iter().filter(|p| ready(p)).count() == 2).then_some(())
-    })
+    // A replica of the old ReplicaSet keeps the Lease while it drains: it would reissue the deleted
+    // pair with the old 720 h lifetime, and nothing would rotate. Wait for a new one to lead.
+    eventually(
+        Duration::from_secs(90),
+        "two Ready replicas with the new flags, one of them the leader",
+        || async {
+            let pods = replicas(client).await;
+            let rolled = |p: &&Pod| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.spec.as_ref().is_some_and(|s| {
+                        s.containers[0]
+                            .args
+                            .iter()
+                            .flatten()
+                            .any(|a| a == "--cert-validity=6s")
+                    })
+            };
+            let new: Vec<&Pod> = pods.iter().filter(rolled).collect();
+            let leader = leader(client).await?;
+            let leads = new
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(leader.as_str()));
+            (new.iter().filter(|p| ready(p)).count() == 2 && leads).then_some(())
+        },
+    )
     .await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let served = |s: &Secret| {
@@ -455,6 +477,9 @@ async fn frozen_leader_writes_nothing_after_resuming(node: &Node, client: &kube:
     };
     let old_ip = ip_of(&old_leader);
     let pid = replica_pid(&old_leader);
+    // Under the steady load: the frozen replica's share of calls fails (failurePolicy Fail, 10 s
+    // timeout) until its readiness probe takes it out of the Service; counted, not asserted.
+    let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
     let stopped_at = jiff::Timestamp::now();
     signal(pid, "-STOP");
     let started = std::time::Instant::now();
@@ -470,6 +495,18 @@ async fn frozen_leader_writes_nothing_after_resuming(node: &Node, client: &kube:
     signal(pid, "-CONT");
     // A few retry periods for the resumed replica to run its loops.
     tokio::time::sleep(Duration::from_secs(8)).await;
+    let (sent, failed) = load.stop().await;
+    let timed_out = failed
+        .iter()
+        .filter(|e| e.contains("deadline") || e.contains("timeout"))
+        .count();
+    eprintln!(
+        "frozen leader under load: {sent} dry-run pod creates sent, {} failed ({timed_out} of \
+         them timeouts calling the frozen replica), e.g. {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert!(sent > 0, "the load ran");
     assert_eq!(leader(client).await.as_deref(), Some(new_leader.as_str()));
     let writes = leader_only_writes(node);
     let after: Vec<_> = writes
