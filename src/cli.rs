@@ -24,8 +24,23 @@ use std::time::Duration;
     about = "Koordinator admission webhooks, self-managed"
 )]
 pub struct Cli {
+    /// Log lines as text, or one JSON object per line (for log collectors).
+    #[arg(
+        long,
+        global = true,
+        env = "KOORD_WEBHOOK_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 // Parsed once at start: the size of the largest variant costs nothing.

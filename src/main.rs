@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // `status` prints one report or one error line; the client library's logs would only add noise.
     if !matches!(cli.command, Command::Status(_)) {
-        telemetry::init();
+        telemetry::init(cli.log_format);
     }
     match cli.command {
         Command::Serve(args) => {

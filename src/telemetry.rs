@@ -1,14 +1,29 @@
-//! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
+//! Logging: `tracing` to stderr, filtered by `RUST_LOG` (default `info`), as text (coloured only
+//! when stderr is a terminal, never in a file or a container log) or one JSON object per line.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-pub fn init() {
+use crate::cli::LogFormat;
+
+pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        // The request's span fields (uid, webhook, name) ride on every line of it.
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 /// A request's text as a log field, cut to at most `max` bytes (on a character boundary) with the

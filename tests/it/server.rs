@@ -803,3 +803,64 @@ async fn a_costly_check_does_not_stall_the_worker() {
     );
     server.stop().await;
 }
+
+/// The first log lines of `serve --state` with these global flags, up to the line saying the server
+/// listens (stderr is a pipe here, as in a container).
+fn first_log_lines(flags: &[&str]) -> Vec<String> {
+    use std::io::BufRead;
+    let port = support::free_port();
+    let mut child = support::KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .args(flags)
+            .args(["serve", "--bind-address", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .args(["--metrics-bind-address", "0", "--state"])
+            .arg(fixture("state/quota-tree.yaml"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(20)) {
+        let listening = line.contains("admission server listening");
+        lines.push(line);
+        if listening {
+            return lines;
+        }
+    }
+    panic!("serve never said it listens; its log: {lines:?}");
+}
+
+#[test]
+fn logs_are_json_objects_per_line_or_text_without_colour_in_a_pipe() {
+    let json_lines = first_log_lines(&["--log-format", "json"]);
+    for line in &json_lines {
+        let entry: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        assert!(entry["timestamp"].is_string(), "{line}");
+        assert!(entry["level"].is_string(), "{line}");
+        assert!(entry["fields"]["message"].is_string(), "{line}");
+    }
+    let listening: Value = serde_json::from_str(json_lines.last().unwrap()).unwrap();
+    assert_eq!(listening["level"], "INFO");
+    assert_eq!(listening["fields"]["message"], "admission server listening");
+
+    let text_lines = first_log_lines(&[]);
+    assert!(
+        text_lines.iter().all(|l| !l.contains('\u{1b}')),
+        "colour codes written to a pipe: {text_lines:?}"
+    );
+    assert!(text_lines.last().unwrap().contains("INFO"));
+}
