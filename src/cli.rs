@@ -264,8 +264,9 @@ pub struct OperatorFlags {
     /// written it for this long (longer than an admitted pod takes to be stored or refused).
     #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
     pub child_request_recount_quiet: Duration,
-    /// On SIGTERM, keep serving this long before closing the listener.
-    #[arg(long, env = "KOORD_WEBHOOK_DRAIN_DELAY", default_value = "5s", value_parser = parse_duration_arg)]
+    /// On SIGTERM, keep serving this long before closing the listener: the API server routes by
+    /// EndpointSlices, which on a busy control plane follow a Pod's deletion by several seconds.
+    #[arg(long, env = "KOORD_WEBHOOK_DRAIN_DELAY", default_value = "10s", value_parser = parse_duration_arg)]
     pub drain_delay: Duration,
 }
 
