@@ -99,6 +99,16 @@ enum Chain<T: Object> {
     },
 }
 
+impl<T: Object> Chain<T> {
+    /// The name of the plugin at `position`.
+    fn plugin_name(&self, position: usize) -> Option<&'static str> {
+        match self {
+            Chain::Mutating { plugins, .. } => plugins.get(position).map(|p| p.name()),
+            Chain::Validating { plugins } => plugins.get(position).map(|p| p.name()),
+        }
+    }
+}
+
 pub struct TypedEndpoint<T: Object> {
     spec: &'static WebhookSpec,
     chain: Chain<T>,
@@ -159,70 +169,6 @@ impl<T: Object> TypedEndpoint<T> {
     fn accepts(&self, resource: &GroupVersionResource, sub_resource: Option<&str>) -> bool {
         resource.resource == self.spec.resource
             && sub_resource.unwrap_or_default() == self.spec.sub_resource
-    }
-
-    /// Runs the chain on a decoded request, or denies one whose objects did not decode.
-    async fn run(
-        &self,
-        request: Result<Box<AdmissionRequest<T>>, String>,
-        env: &Env,
-        running: &RunningPlugin,
-    ) -> Verdict {
-        let mut request = match request {
-            Ok(request) => request,
-            Err(e) => {
-                env.metrics.error(self.spec.path, "decode");
-                return Verdict::deny(400, e);
-            }
-        };
-        if request.object.is_none() && request.old_object.is_none() {
-            env.metrics.error(self.spec.path, "decode");
-            return Verdict::deny(400, "there is no content to decode");
-        }
-        let ctx = Ctx::new(&request, env, running);
-        let (mut result, mutated) = match &self.chain {
-            Chain::Validating { plugins } => (
-                run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
-                None,
-            ),
-            Chain::Mutating { plugins, differ } => match &request.object {
-                // Nothing to mutate on DELETE.
-                None => (Ok(()), None),
-                Some(original) => {
-                    let mut object = original.clone();
-                    let result =
-                        run_mutators(plugins, &ctx, &mut object, &env.metrics, self.spec.path)
-                            .await;
-                    (result, Some((object, differ)))
-                }
-            },
-        };
-        let notes = ctx.into_notes();
-        let patch = match (mutated, request.object.take()) {
-            (Some((after, differ)), Some(before)) if result.is_ok() => differ(before, after)
-                .unwrap_or_else(|e| {
-                    result = Err(Rejection::internal(format!(
-                        "cannot encode the mutated object: {e}"
-                    )));
-                    None
-                }),
-            _ => None,
-        };
-        let mut verdict = match result {
-            Ok(()) => Verdict {
-                patch,
-                ..Verdict::allow()
-            },
-            Err(rejection) => {
-                if rejection.code >= 500 {
-                    env.metrics.error(self.spec.path, "internal");
-                }
-                Verdict::deny(rejection.code, rejection.message)
-            }
-        };
-        verdict.audit_annotations = notes.audit_annotations;
-        verdict.warnings = notes.warnings;
-        verdict
     }
 }
 
@@ -303,7 +249,10 @@ impl<T: Object> TypedEndpoint<T> {
         let verdict = match tokio::time::timeout(budget, AssertUnwindSafe(run).catch_unwind()).await
         {
             Ok(Ok(verdict)) => verdict,
-            Ok(Err(panic)) => panicked(spec, env, running.get(), panic),
+            Ok(Err(panic)) => {
+                let plugin = running.get().and_then(|p| self.chain.plugin_name(p));
+                panicked(spec, env, plugin, panic)
+            }
             Err(_elapsed) => {
                 metrics.error(spec.path, "timeout");
                 timed_out(spec, budget, api_timeout)
@@ -331,6 +280,70 @@ impl<T: Object> TypedEndpoint<T> {
         } else {
             tracing::debug!(patched = verdict.patch.is_some(), "allowed");
         }
+        verdict
+    }
+
+    /// Runs the chain on a decoded request, or denies one whose objects did not decode.
+    async fn run(
+        &self,
+        request: Result<Box<AdmissionRequest<T>>, String>,
+        env: &Env,
+        running: &RunningPlugin,
+    ) -> Verdict {
+        let mut request = match request {
+            Ok(request) => request,
+            Err(e) => {
+                env.metrics.error(self.spec.path, "decode");
+                return Verdict::deny(400, e);
+            }
+        };
+        if request.object.is_none() && request.old_object.is_none() {
+            env.metrics.error(self.spec.path, "decode");
+            return Verdict::deny(400, "there is no content to decode");
+        }
+        let ctx = Ctx::new(&request, env, running);
+        let (mut result, mutated) = match &self.chain {
+            Chain::Validating { plugins } => (
+                run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
+                None,
+            ),
+            Chain::Mutating { plugins, differ } => match &request.object {
+                // Nothing to mutate on DELETE.
+                None => (Ok(()), None),
+                Some(original) => {
+                    let mut object = original.clone();
+                    let result =
+                        run_mutators(plugins, &ctx, &mut object, &env.metrics, self.spec.path)
+                            .await;
+                    (result, Some((object, differ)))
+                }
+            },
+        };
+        let notes = ctx.into_notes();
+        let patch = match (mutated, request.object.take()) {
+            (Some((after, differ)), Some(before)) if result.is_ok() => differ(before, after)
+                .unwrap_or_else(|e| {
+                    result = Err(Rejection::internal(format!(
+                        "cannot encode the mutated object: {e}"
+                    )));
+                    None
+                }),
+            _ => None,
+        };
+        let mut verdict = match result {
+            Ok(()) => Verdict {
+                patch,
+                ..Verdict::allow()
+            },
+            Err(rejection) => {
+                if rejection.code >= 500 {
+                    env.metrics.error(self.spec.path, "internal");
+                }
+                Verdict::deny(rejection.code, rejection.message)
+            }
+        };
+        verdict.audit_annotations = notes.audit_annotations;
+        verdict.warnings = notes.warnings;
         verdict
     }
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::chain::{Ctx, Mutator, Step, Validator};
-use super::endpoint::TypedEndpoint;
+use super::endpoint::{TypedEndpoint, answer_budget};
 use super::outcome::Rejection;
 use super::webhooks::{self, find};
 use super::*;

@@ -105,14 +105,18 @@ impl Recount {
         }
     }
 
+    /// The cached quotas that limit pods: the only ones evaluation writes and a recount corrects.
+    fn limiting_quotas(&self) -> Vec<std::sync::Arc<ElasticQuota>> {
+        let mut quotas = self.cache.elastic_quotas.state();
+        quotas.retain(|q| ChildRequests::read(q).is_ok_and(|l| l.limits_pods()));
+        quotas
+    }
+
     /// What the cache shows now of the things a recount follows.
     pub fn marker(&self) -> Marker {
         let mut quotas: Vec<_> = self
-            .cache
-            .elastic_quotas
-            .state()
+            .limiting_quotas()
             .iter()
-            .filter(|q| ChildRequests::read(q).is_ok_and(|l| l.limits_pods()))
             .map(|q| {
                 let key = format!(
                     "{}/{}",
@@ -132,13 +136,7 @@ impl Recount {
 
     /// One recount of every quota that limits pods.
     pub async fn pass(&self) -> kube::Result<Pass> {
-        let quotas: Vec<_> = self
-            .cache
-            .elastic_quotas
-            .state()
-            .into_iter()
-            .filter(|q| ChildRequests::read(q).is_ok_and(|l| l.limits_pods()))
-            .collect();
+        let quotas = self.limiting_quotas();
         let mut pass = Pass::default();
         if quotas.is_empty() {
             return Ok(pass);
