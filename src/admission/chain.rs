@@ -125,12 +125,6 @@ pub trait Mutator<T: kube::Resource>: Send + Sync {
         true
     }
     fn mutate<'a>(&'a self, ctx: &'a Ctx<'a, T>, object: &'a mut T) -> Step<'a>;
-    /// Whether, with what the cache holds now, this plugin may edit fields beyond those it names
-    /// (a colocation profile's patch can edit any field). The endpoint then decodes objects whole
-    /// rather than leaving out the fields its plugins do not touch.
-    fn edits_any_field(&self, _cache: &Cache) -> bool {
-        false
-    }
 }
 
 /// A rule that accepts or rejects the request.

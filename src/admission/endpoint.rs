@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::core::GroupVersionResource;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde::{Serialize, de::DeserializeOwned};
@@ -18,8 +18,8 @@ use super::env::{Env, Head};
 use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
+use super::pod::object::Pod;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
-use super::skip_fields::SkipFields;
 use super::webhooks::{FailurePolicy, WebhookSpec};
 use crate::apis::{ElasticQuota, Reservation};
 use crate::metrics::{DenialLabels, PluginLabels, WebhookLabels};
@@ -112,8 +112,6 @@ impl<T: Object> Chain<T> {
 pub struct TypedEndpoint<T: Object> {
     spec: &'static WebhookSpec,
     chain: Chain<T>,
-    /// Fields none of the plugins reads or writes, left out when objects are decoded.
-    skip: Option<&'static SkipFields>,
 }
 
 impl<T: Object> TypedEndpoint<T> {
@@ -122,48 +120,19 @@ impl<T: Object> TypedEndpoint<T> {
         Self::mutating_with_differ(spec, plugins, patch::diff::<T>)
     }
 
-    /// A mutating chain whose patch `differ` computes. The differ must diff below every field that
-    /// both sides hold (never replace an object whole), so that fields left out of both by
-    /// [`Self::skipping`] stay out of the patch.
+    /// A mutating chain whose patch `differ` computes.
     pub fn mutating_with_differ(
         spec: &'static WebhookSpec,
         plugins: Vec<Box<dyn Mutator<T>>>,
         differ: patch::Differ<T>,
     ) -> Self {
         let chain = Chain::Mutating { plugins, differ };
-        Self {
-            spec,
-            chain,
-            skip: None,
-        }
+        Self { spec, chain }
     }
 
     pub fn validating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
         let chain = Chain::Validating { plugins };
-        Self {
-            spec,
-            chain,
-            skip: None,
-        }
-    }
-
-    /// Objects are decoded without the fields `skip` names: none of the plugins reads them, and
-    /// none writes them unless it says so ([`Mutator::edits_any_field`]).
-    pub fn skipping(mut self, skip: &'static SkipFields) -> Self {
-        self.skip = Some(skip);
-        self
-    }
-
-    /// What to leave out of this request's objects: nothing while a mutator may edit any field.
-    fn skip(&self, env: &Env) -> Option<&'static SkipFields> {
-        let skip = self.skip?;
-        match &self.chain {
-            Chain::Mutating { plugins, .. } => (!plugins
-                .iter()
-                .any(|p| p.enabled(&env.gates) && p.edits_any_field(&env.cache)))
-            .then_some(skip),
-            Chain::Validating { .. } => Some(skip),
-        }
+        Self { spec, chain }
     }
 
     fn accepts(&self, resource: &GroupVersionResource, sub_resource: Option<&str>) -> bool {
@@ -180,7 +149,7 @@ impl<T: Object> TypedEndpoint<T> {
         env: &Env,
         api_timeout: Option<Duration>,
     ) -> Result<Vec<u8>, MalformedReview> {
-        let (head, request) = self.decode(body, env)?;
+        let (head, request) = self.decode(body)?;
         let span = tracing::info_span!(
             "admission",
             uid = %Clipped(&head.uid, MAX_LOGGED_NAME),
@@ -200,7 +169,6 @@ impl<T: Object> TypedEndpoint<T> {
     fn decode(
         &self,
         body: &[u8],
-        env: &Env,
     ) -> Result<(Head, Option<Result<Box<AdmissionRequest<T>>, String>>), MalformedReview> {
         let head =
             |uid: &str, operation: &Operation, namespace: &Option<String>, name: &str| Head {
@@ -209,7 +177,7 @@ impl<T: Object> TypedEndpoint<T> {
                 namespace: namespace.clone(),
                 name: name.to_owned(),
             };
-        Ok(match review::parse_typed::<T>(body, self.skip(env)) {
+        Ok(match review::parse_typed::<T>(body) {
             Some(r) => (
                 head(&r.uid, &r.operation, &r.namespace, &r.name),
                 self.accepts(&r.resource, r.sub_resource.as_deref())

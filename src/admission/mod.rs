@@ -21,7 +21,6 @@ pub(crate) mod ports;
 pub(crate) mod reservation;
 pub(crate) mod review;
 pub mod settings;
-pub(crate) mod skip_fields;
 pub mod webhooks;
 
 use std::time::Duration;
@@ -146,13 +145,12 @@ pub struct EndpointId(usize);
 fn build_endpoint(spec: &'static WebhookSpec) -> Endpoint {
     use webhooks::*;
     match spec.path {
-        MUTATE_POD => Endpoint::Pod(
-            TypedEndpoint::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
-                .skipping(&pod::UNTOUCHED_BY_PLUGINS),
-        ),
-        VALIDATE_POD => Endpoint::Pod(
-            TypedEndpoint::validating(spec, pod::validators()).skipping(&pod::UNTOUCHED_BY_PLUGINS),
-        ),
+        MUTATE_POD => Endpoint::Pod(TypedEndpoint::mutating_with_differ(
+            spec,
+            pod::mutators(),
+            patch::pod::diff,
+        )),
+        VALIDATE_POD => Endpoint::Pod(TypedEndpoint::validating(spec, pod::validators())),
         MUTATE_ELASTIC_QUOTA => {
             Endpoint::ElasticQuota(TypedEndpoint::mutating(spec, elastic_quota::mutators()))
         }

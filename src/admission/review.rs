@@ -14,8 +14,6 @@ use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::skip_fields::{self, SkipFields};
-
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
 
@@ -123,9 +121,8 @@ impl<'a> WireRequest<'a> {
 
 /// The whole review decoded in one pass into the endpoint's type: the common case, which reads the
 /// body once. `None` when anything is off; [`WireRequest::parse`] then tells a body that is not an
-/// AdmissionReview from an object that does not decode, with the message each deserves. With `skip`,
-/// the fields it names are left out of the objects (see [`super::skip_fields`]).
-pub fn parse_typed<T>(body: &[u8], skip: Option<&SkipFields>) -> Option<Box<AdmissionRequest<T>>>
+/// AdmissionReview from an object that does not decode, with the message each deserves.
+pub fn parse_typed<T>(body: &[u8]) -> Option<Box<AdmissionRequest<T>>>
 where
     T: kube::Resource + serde::de::DeserializeOwned,
 {
@@ -141,10 +138,7 @@ where
     }
     // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
     let text = std::str::from_utf8(body).ok()?;
-    let review: TypedReview<T> = match skip {
-        None => serde_json::from_str(text).ok()?,
-        Some(skip) => skip_fields::from_str(text, skip).ok()?,
-    };
+    let review: TypedReview<T> = serde_json::from_str(text).ok()?;
     if review.api_version != API_VERSION || review.kind != KIND {
         return None;
     }
@@ -295,7 +289,7 @@ fn append_patch(out: &mut Vec<u8>, patch: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::admission::pod::object::Pod;
 
     const REQUEST: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
         "uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},
@@ -332,8 +326,8 @@ mod tests {
         let bad = REQUEST.replace(r#""containers":[]"#, r#""containers":7"#);
         let wire = WireRequest::parse(bad.as_bytes()).unwrap();
         assert!(wire.decode::<Pod>().is_err());
-        assert!(parse_typed::<Pod>(bad.as_bytes(), None).is_none());
-        let typed = parse_typed::<Pod>(REQUEST.as_bytes(), None).unwrap();
+        assert!(parse_typed::<Pod>(bad.as_bytes()).is_none());
+        let typed = parse_typed::<Pod>(REQUEST.as_bytes()).unwrap();
         let two_step = WireRequest::parse(REQUEST.as_bytes())
             .unwrap()
             .decode::<Pod>()

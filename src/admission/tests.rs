@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::node::Node;
+use crate::admission::pod::object::Pod;
 use base64::Engine;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::chain::{Ctx, Mutator, Step, Validator};

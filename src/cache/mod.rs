@@ -161,11 +161,6 @@ impl Cache {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// For check-then-update under one lock (ElasticQuota admission).
-    pub fn topology_mut(&self) -> RwLockWriteGuard<'_, QuotaTopology> {
-        write_topology(&self.quota_topology)
-    }
-
     /// Names of pods (any namespace) bound to `quota` by label, sorted.
     pub fn pods_labelled_for_quota(&self, quota: &str) -> Vec<String> {
         self.pods.labelled_for_quota(quota)

@@ -2,12 +2,11 @@
 //!
 //! Names are global (Koordinator ignores the namespace). Every quota, every parent a quota names, and
 //! the root have a child set, so the structure built from a set of quotas is the same whatever order
-//! they arrive in. Fed by the cache (files or watch events) and updated optimistically after an
-//! accepted ElasticQuota admission.
+//! they arrive in. Fed only by what feeds the cache (files or watch events); admission's own
+//! not-yet-seen changes live in the ElasticQuota plugin (`admission/elastic_quota/overlay.rs`).
 
 use crate::apis::meta::{annotation, label};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
 use crate::apis::ElasticQuota;
 use crate::apis::keys::{
@@ -76,7 +75,7 @@ pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[derive(Clone, Debug, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuotaTopology {
     infos: BTreeMap<String, QuotaInfo>,
     children: BTreeMap<String, BTreeSet<String>>,
@@ -85,15 +84,7 @@ pub struct QuotaTopology {
     /// Parent -> sums over its children, kept as children come and go so that validating one quota
     /// costs the depth of the tree, not the number of its siblings.
     sums: BTreeMap<String, ChildSums>,
-    /// Changes admission applied that the watch has not confirmed yet: when, and the quota as it was
-    /// before. A change nothing confirms (a forged review, or a request another admission step
-    /// rejected) is undone after [`PROVISIONAL_TTL`].
-    provisional: BTreeMap<String, (Instant, Option<QuotaInfo>)>,
 }
-
-/// How long a change admission applied waits for the watch to confirm it. The API server stores an
-/// admitted object within milliseconds and the watch sees it within about a second.
-pub const PROVISIONAL_TTL: Duration = Duration::from_secs(30);
 
 /// Running sums over the children of one parent, zeros dropped.
 #[derive(Clone, Debug, Default)]
@@ -139,15 +130,6 @@ impl PartialEq for ChildSums {
 
 impl Eq for ChildSums {}
 
-impl PartialEq for QuotaTopology {
-    fn eq(&self, other: &Self) -> bool {
-        self.infos == other.infos
-            && self.children == other.children
-            && self.namespaces == other.namespaces
-            && self.sums == other.sums
-    }
-}
-
 impl Default for QuotaTopology {
     fn default() -> Self {
         Self {
@@ -155,7 +137,6 @@ impl Default for QuotaTopology {
             children: BTreeMap::from([(ROOT_QUOTA.to_owned(), BTreeSet::new())]),
             namespaces: BTreeMap::new(),
             sums: BTreeMap::new(),
-            provisional: BTreeMap::new(),
         }
     }
 }
@@ -169,59 +150,14 @@ impl QuotaTopology {
         topology
     }
 
-    /// Admission's change, applied at once (so racing admissions see it) but provisional until the
-    /// watch confirms it.
-    pub fn upsert_provisional(&mut self, info: QuotaInfo) {
-        self.remember(&info.name);
-        self.apply(info);
-    }
-
-    /// Admission's delete, provisional like [`Self::upsert_provisional`].
-    pub fn remove_provisional(&mut self, name: &str) {
-        self.remember(name);
-        self.unlink(name);
-    }
-
-    fn remember(&mut self, name: &str) {
-        if !self.provisional.contains_key(name) {
-            let before = self.infos.get(name).cloned();
-            self.provisional
-                .insert(name.to_owned(), (Instant::now(), before));
-        }
-    }
-
-    /// Undoes the provisional changes older than `ttl`; returns the names restored.
-    pub fn expire_provisional(&mut self, ttl: Duration) -> Vec<String> {
-        let now = Instant::now();
-        let expired: Vec<String> = self
-            .provisional
-            .iter()
-            .filter(|(_, (since, _))| now.duration_since(*since) >= ttl)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in &expired {
-            if let Some((_, before)) = self.provisional.remove(name) {
-                match before {
-                    Some(info) => self.apply(info),
-                    None => {
-                        self.unlink(name);
-                    }
-                }
-            }
-        }
-        expired
-    }
-
     /// Inserts a quota as the cluster has it (the watch), or replaces it and moves it under its
     /// (possibly new) parent.
     pub fn upsert(&mut self, info: QuotaInfo) {
-        self.provisional.remove(&info.name);
         self.apply(info);
     }
 
     /// Removes a quota the cluster no longer has (the watch).
     pub fn remove(&mut self, name: &str) -> Option<QuotaInfo> {
-        self.provisional.remove(name);
         self.unlink(name)
     }
 
@@ -324,11 +260,12 @@ impl QuotaTopology {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kube::api::ObjectMeta;
 
-    fn quota(name: &str, parent: Option<&str>) -> ElasticQuota {
+    /// A quota named `name` in namespace `ns` under `parent`.
+    pub(crate) fn quota(name: &str, parent: Option<&str>) -> ElasticQuota {
         ElasticQuota {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -339,31 +276,6 @@ mod tests {
             spec: Default::default(),
             status: None,
         }
-    }
-
-    #[test]
-    fn unconfirmed_admissions_are_undone_and_confirmed_ones_stay() {
-        let a = quota("a", None);
-        let mut t = QuotaTopology::from_quotas([&a]);
-        let clean = t.clone();
-        // A phantom create, a delete and a re-parenting that the watch never confirms.
-        t.upsert_provisional(QuotaInfo::from_quota(&quota("phantom", Some("a"))));
-        t.remove_provisional("a");
-        t.upsert_provisional(QuotaInfo::from_quota(&quota("a", Some("phantom"))));
-        assert!(
-            t.expire_provisional(PROVISIONAL_TTL).is_empty(),
-            "too early"
-        );
-        let mut restored = t.expire_provisional(Duration::ZERO);
-        restored.sort();
-        assert_eq!(restored, ["a", "phantom"]);
-        assert_eq!(t, clean);
-        // Confirmed by the watch: nothing to undo.
-        let b = QuotaInfo::from_quota(&quota("b", Some("a")));
-        t.upsert_provisional(b.clone());
-        t.upsert(b);
-        assert!(t.expire_provisional(Duration::ZERO).is_empty());
-        assert!(t.contains("b"));
     }
 
     #[test]

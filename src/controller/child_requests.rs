@@ -19,11 +19,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 
 use super::leader::Leadership;
+use crate::admission::pod::object::Pod;
 use crate::admission::pod::quota::evaluation::{charged_requests, evaluated_quota};
 use crate::admission::pod::quota::evaluator::{
     CHILD_REQUEST, CHILD_REQUEST_UPDATED, ChildRequests,

@@ -1,8 +1,6 @@
 //! Resource arithmetic: Kubernetes quantities and resource lists.
 
 pub mod list;
-pub mod pod_requests;
-pub mod priority;
 pub mod quantity;
 pub mod strategic_merge;
 

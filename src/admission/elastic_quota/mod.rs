@@ -4,6 +4,7 @@
 pub mod debug;
 mod defaults;
 pub mod ledger;
+mod overlay;
 mod self_checks;
 pub mod tree_checks;
 mod validate;

@@ -3,26 +3,29 @@
 //!
 //! In cluster mode the [`Ledger`](super::ledger) serialises changes across replicas: each is checked
 //! against a cache that holds every change admitted before it. Without one (`serve --state`,
-//! `review`), the rules run under the topology's write lock and an accepted change is applied to the
-//! topology at once, provisionally until the cache confirms it. Dry runs change nothing.
+//! `review`), the rules run under the plugin's own [`Overlay`] lock, against the cache's topology
+//! with the changes admitted here and not yet in the cache laid over it. Dry runs change nothing.
 
 use kube::core::admission::Operation;
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use super::ledger::{Ledger, change_of};
+use super::overlay::{Overlay, PENDING_TTL};
 use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::admission::ports::PendingChange;
 use crate::apis::ElasticQuota;
-use crate::cache::quota_topology::{PROVISIONAL_TTL, QuotaInfo, QuotaTopology};
+use crate::cache::quota_topology::{QuotaInfo, QuotaTopology};
 
 #[derive(Default)]
 pub struct QuotaTreeRules {
     /// This server's side of the ledger (its own one-at-a-time lock), made on first use from the
     /// store in [`Services`](crate::admission::Services).
     ledger: OnceLock<Ledger>,
+    /// Without a ledger: what this process admitted that the cache does not show yet.
+    overlay: Mutex<Overlay>,
 }
 
 impl Validator<ElasticQuota> for QuotaTreeRules {
@@ -42,17 +45,7 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
                 })),
                 None => check(ctx).map(|_| ()).into(),
             },
-            _ => {
-                // Checked and applied under one write lock: racing admissions see each other.
-                let mut topology = ctx.cache.topology_mut();
-                check_in(ctx, &mut topology)
-                    .map(|accepted| {
-                        if !dry_run {
-                            apply_provisionally(&mut topology, accepted);
-                        }
-                    })
-                    .into()
-            }
+            _ => self.check_with_overlay(ctx, dry_run).into(),
         }
     }
 }
@@ -82,21 +75,39 @@ enum Accepted {
     Nothing,
 }
 
-fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
-    check_in(ctx, &mut ctx.cache.topology_mut())
+impl QuotaTreeRules {
+    /// Checked and recorded under one lock: racing admissions on this replica see each other.
+    fn check_with_overlay(
+        &self,
+        ctx: &Ctx<'_, ElasticQuota>,
+        dry_run: bool,
+    ) -> Result<(), Rejection> {
+        let mut overlay = self.overlay.lock().unwrap_or_else(|p| p.into_inner());
+        let topology = ctx.cache.topology();
+        for name in overlay.settle(&topology, PENDING_TTL) {
+            tracing::warn!(
+                quota = %name,
+                "an admitted ElasticQuota change was never seen in the cluster; undone"
+            );
+        }
+        let accepted = check_in(ctx, &overlay.view(&topology))?;
+        if !dry_run {
+            match accepted {
+                Accepted::Upsert(info) => overlay.record(&topology, info.name.clone(), Some(info)),
+                Accepted::Remove(name) => overlay.record(&topology, name, None),
+                Accepted::Nothing => {}
+            }
+        }
+        Ok(())
+    }
 }
 
-fn check_in(
-    ctx: &Ctx<'_, ElasticQuota>,
-    topology: &mut QuotaTopology,
-) -> Result<Accepted, Rejection> {
+fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
+    check_in(ctx, &ctx.cache.topology())
+}
+
+fn check_in(ctx: &Ctx<'_, ElasticQuota>, topology: &QuotaTopology) -> Result<Accepted, Rejection> {
     let cache = ctx.cache;
-    for name in topology.expire_provisional(PROVISIONAL_TTL) {
-        tracing::warn!(
-            quota = %name,
-            "an admitted ElasticQuota change was never seen in the cluster; undone"
-        );
-    }
     Ok(match ctx.operation() {
         Operation::Create => {
             let quota = ctx
@@ -128,14 +139,4 @@ fn check_in(
         }
         Operation::Connect => Accepted::Nothing,
     })
-}
-
-/// Without a ledger: the change enters the topology at once, so a racing admission on this replica
-/// sees it, and leaves it if the cache never confirms it.
-fn apply_provisionally(topology: &mut QuotaTopology, accepted: Accepted) {
-    match accepted {
-        Accepted::Upsert(info) => topology.upsert_provisional(info),
-        Accepted::Remove(name) => topology.remove_provisional(&name),
-        Accepted::Nothing => {}
-    }
 }

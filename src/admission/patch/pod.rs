@@ -4,7 +4,9 @@
 
 use std::fmt::Write;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use crate::admission::pod::object::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::Builder;
@@ -17,7 +19,13 @@ pub fn diff(mut before: Pod, mut after: Pod) -> Result<Option<Vec<u8>>, serde_js
         (Some(b), Some(a)) => spec(&mut builder, b, a)?,
         _ => builder.field("/spec", &before.spec, &after.spec)?,
     }
-    builder.field("/status", &before.status, &after.status)?;
+    let status = (before.status.take(), after.status.take());
+    builder.field("/status", &status.0, &status.1)?;
+    // What is left: the pod's own undecoded fields (apiVersion, kind), equal unless a colocation
+    // profile's patch edited them. The parts diffed above are taken out of both sides.
+    (before.metadata, after.metadata) = Default::default();
+    (before.spec, after.spec) = (None, None);
+    builder.field("", &before, &after)?;
     Ok(builder.finish())
 }
 

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crate::admission::pod::object::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::admission::pod::priority::{PriorityClass, priority_class_with_default};
 use crate::apis::keys::{BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY};
-use crate::resources::priority::{PriorityClass, priority_class_with_default};
 use crate::resources::{Format, Qty};
 
 type ResourceList = BTreeMap<String, Quantity>;

@@ -1,7 +1,7 @@
 //! Matching ClusterColocationProfiles are applied to a new pod in name order, then its
 //! cpu and memory become batch/mid resources when its priority class asks for them.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 
 use super::batch_resources;
@@ -9,7 +9,6 @@ use crate::admission::chain::{Ctx, Mutator, Step};
 use crate::admission::colocation::{self, apply_metadata, draw, priority_class};
 use crate::admission::outcome::{PluginResult, Rejection};
 use crate::apis::keys::SKIP_UPDATE_RESOURCES;
-use crate::cache::Cache;
 use crate::features::Gate;
 use crate::resources::strategic_merge::POD_KEYS;
 
@@ -25,13 +24,6 @@ impl Mutator<Pod> for ApplyColocationProfiles {
             return Ok(()).into();
         }
         apply(ctx, pod).into()
-    }
-
-    fn edits_any_field(&self, cache: &Cache) -> bool {
-        cache
-            .colocation_profiles
-            .find(|p| p.spec.patch.is_some())
-            .is_some()
     }
 }
 

@@ -2,16 +2,16 @@
 //! priority label are immutable; batch resources need QoS BE; BE and LSR pods need a priority class
 //! that fits them; LSR/LSE pods ask for whole CPUs.
 
+use crate::admission::pod::object::Pod;
 use crate::apis::meta::label;
-use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
+use crate::admission::pod::priority::{PriorityClass, QosClass, raw_priority_class, raw_qos_class};
+use crate::admission::pod::requests::pod_requests;
 use crate::apis::keys::{BATCH_CPU, BATCH_MEMORY, PRIORITY_LABEL};
 use crate::features::{FeatureGates, Gate};
-use crate::resources::pod_requests::pod_requests;
-use crate::resources::priority::{PriorityClass, QosClass, raw_priority_class, raw_qos_class};
 
 pub struct ColocationRules;
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::admission::Operation;
 

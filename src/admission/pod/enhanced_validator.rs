@@ -5,7 +5,7 @@
 
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 use serde::Deserialize;
 

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use crate::admission::pod::object::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::admission::Operation;
 use serde::{Deserialize, Serialize};

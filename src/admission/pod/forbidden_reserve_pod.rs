@@ -1,6 +1,6 @@
 //! Users may not mark their pods as reserve pods; only the scheduler creates those.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;

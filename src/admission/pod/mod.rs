@@ -10,13 +10,14 @@ mod enhanced_validator;
 mod extended_resource_spec;
 mod forbidden_reserve_pod;
 mod multi_quota_tree;
+pub mod object;
+pub mod priority;
 pub mod quota;
+pub mod requests;
 mod reservation_affinity;
 
-use k8s_openapi::api::core::v1::Pod;
-
 use super::chain::{Mutator, Validator};
-use super::skip_fields::SkipFields;
+use object::Pod;
 use quota::evaluation::QuotaEvaluation;
 use quota::topology_check::PodQuotaTopologyCheck;
 
@@ -42,32 +43,6 @@ pub fn validators() -> Vec<Box<dyn Validator<Pod>>> {
         Box::new(QuotaEvaluation::default()),
     ]
 }
-
-/// Fields no plugin above reads or writes, left out when /validate-pod and /mutate-pod decode a pod:
-/// a large pod's env, args, probes and mounts are most of its decoding time. A plugin that comes to
-/// read or write one of them takes it off this list (the tests decode pods with and without it).
-/// A colocation profile's patch may edit any field: while one exists, /mutate-pod decodes pods whole.
-pub static UNTOUCHED_BY_PLUGINS: SkipFields = SkipFields(&[
-    (
-        "Container",
-        &[
-            "args",
-            "command",
-            "env",
-            "envFrom",
-            "lifecycle",
-            "livenessProbe",
-            "ports",
-            "readinessProbe",
-            "startupProbe",
-            "volumeDevices",
-            "volumeMounts",
-            "workingDir",
-        ],
-    ),
-    ("PodSpec", &["volumes"]),
-    ("ObjectMeta", &["managedFields"]),
-]);
 
 /// The pod's namespace, or the request's when the object has none (a pod created through a
 /// controller often leaves it empty: the API server fills it in after admission).

@@ -3,8 +3,10 @@
 
 use crate::apis::meta::label;
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
 };
+
+use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Mutator, Step};

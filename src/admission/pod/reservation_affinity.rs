@@ -2,18 +2,18 @@
 //! reservation-affinity annotation is refused when that Reservation is missing, finished, or has
 //! not enough free resources for it.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
+use crate::admission::pod::requests::pod_requests;
 use crate::apis::Reservation;
 use crate::apis::keys::RESERVATION_AFFINITY;
 use crate::apis::reservation::ReservationPhase;
 use crate::features::{FeatureGates, Gate};
 use crate::resources::Resources;
-use crate::resources::pod_requests::pod_requests;
 
 pub struct ReservationAffinity;
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 
 use super::evaluator::{AUDIT_CHILD_REQUEST, ChildRequests, Evaluator};
@@ -10,10 +10,10 @@ use super::replace_resources;
 use super::{pod_namespace, resolve_quota_name};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
+use crate::admission::pod::requests::pod_requests;
 use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};
 use crate::features::{FeatureGates, Gate};
 use crate::resources::Resources;
-use crate::resources::pod_requests::pod_requests;
 
 #[derive(Default)]
 pub struct QuotaEvaluation {
@@ -153,7 +153,7 @@ impl QuotaEvaluation {
 #[cfg(test)]
 mod tests {
     use super::holds_resources;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::admission::pod::object::Pod;
     use serde_json::json;
 
     fn deleted(at: &str, grace: i64) -> Pod {

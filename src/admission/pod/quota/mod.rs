@@ -8,7 +8,7 @@ pub mod evaluator;
 mod replace_resources;
 pub mod topology_check;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::apis::ElasticQuota;

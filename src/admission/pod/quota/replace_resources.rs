@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crate::admission::pod::object::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::resources::Qty;

@@ -1,6 +1,6 @@
 //! A pod may not be bound to a parent quota, nor change its preemptible label.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 
 use super::{pod_namespace, resolve_quota_name};

@@ -1,8 +1,8 @@
 //! Koordinator priority classes and QoS classes of a pod, in one place for the mutating
 //! and validating webhooks alike.
 
+use crate::admission::pod::object::Pod;
 use crate::apis::meta::label;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::apis::keys::{PRIORITY_CLASS_LABEL, QOS_CLASS_LABEL};
 use crate::resources::Resources;

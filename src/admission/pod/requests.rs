@@ -2,9 +2,9 @@
 //! its containers, at least the largest init container (restartable sidecars stay running and add
 //! up), plus the pod overhead.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use crate::admission::pod::object::{Container, Pod};
 
-use super::{Resources, quantity::QuantityError};
+use crate::resources::{Resources, quantity::QuantityError};
 
 fn requests(container: &Container) -> Result<Resources, QuantityError> {
     Resources::parse(
