@@ -152,7 +152,9 @@ async fn run_step<'a>(
         Step::Pending(future) => future.await,
     };
     running.set(None);
-    metrics.observe_plugin(webhook, plugin, start.elapsed());
+    metrics
+        .admission
+        .observe_plugin(webhook, plugin, start.elapsed());
     result
 }
 

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use super::chain::{Ctx, Mutator, RunningPlugin, Validator, run_mutators, run_validators};
 use super::env::{Env, Head};
+use super::metrics::{DenialLabels, PluginLabels, WebhookLabels};
 use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
@@ -22,7 +23,6 @@ use super::pod::object::Pod;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
 use super::webhooks::{FailurePolicy, WebhookSpec};
 use crate::apis::{ElasticQuota, Reservation};
-use crate::metrics::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
 /// The API server's own default when a request names no `?timeout=`.
@@ -222,18 +222,20 @@ impl<T: Object> TypedEndpoint<T> {
                 panicked(spec, env, plugin, panic)
             }
             Err(_elapsed) => {
-                metrics.error(spec.path, "timeout");
+                metrics.admission.error(spec.path, "timeout");
                 timed_out(spec, budget, api_timeout)
             }
         };
         let labels = WebhookLabels { webhook: spec.path };
-        metrics.requests.get_or_create(&labels).inc();
+        metrics.admission.requests.get_or_create(&labels).inc();
         metrics
+            .admission
             .request_duration
             .get_or_create(&labels)
             .observe(start.elapsed().as_secs_f64());
         if !verdict.allowed {
             metrics
+                .admission
                 .denials
                 .get_or_create(&DenialLabels {
                     webhook: spec.path,
@@ -261,12 +263,12 @@ impl<T: Object> TypedEndpoint<T> {
         let mut request = match request {
             Ok(request) => request,
             Err(e) => {
-                env.metrics.error(self.spec.path, "decode");
+                env.metrics.admission.error(self.spec.path, "decode");
                 return Verdict::deny(400, e);
             }
         };
         if request.object.is_none() && request.old_object.is_none() {
-            env.metrics.error(self.spec.path, "decode");
+            env.metrics.admission.error(self.spec.path, "decode");
             return Verdict::deny(400, "there is no content to decode");
         }
         let ctx = Ctx::new(&request, env, running);
@@ -305,7 +307,7 @@ impl<T: Object> TypedEndpoint<T> {
             },
             Err(rejection) => {
                 if rejection.code >= 500 {
-                    env.metrics.error(self.spec.path, "internal");
+                    env.metrics.admission.error(self.spec.path, "internal");
                 }
                 Verdict::deny(rejection.code, rejection.message)
             }
@@ -359,10 +361,11 @@ fn panicked(
         Some(plugin) => {
             let webhook = spec.path;
             metrics
+                .admission
                 .plugin_panics
                 .get_or_create(&PluginLabels { webhook, plugin })
                 .inc();
-            metrics.error(webhook, "internal");
+            metrics.admission.error(webhook, "internal");
             tracing::error!(webhook, plugin, panic = %Clipped(&what, MAX_LOGGED_MESSAGE), "plugin panicked");
             Verdict::deny(
                 500,
@@ -370,7 +373,7 @@ fn panicked(
             )
         }
         None => {
-            metrics.error(spec.path, "panic");
+            metrics.admission.error(spec.path, "panic");
             tracing::error!(panic = %Clipped(&what, MAX_LOGGED_MESSAGE), "handler panicked");
             Verdict::deny(
                 500,

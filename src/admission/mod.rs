@@ -12,6 +12,7 @@ pub mod elastic_quota;
 pub(crate) mod endpoint;
 pub(crate) mod env;
 pub(crate) mod json_write;
+pub mod metrics;
 pub(crate) mod node;
 pub(crate) mod offload;
 pub(crate) mod outcome;

@@ -15,7 +15,7 @@ use super::endpoint::{TypedEndpoint, answer_budget};
 use super::outcome::Rejection;
 use super::webhooks::{self, find};
 use super::*;
-use crate::metrics::PluginLabels;
+use crate::admission::metrics::PluginLabels;
 
 /// Appends its letter to the `trail` label, so the final value shows the order plugins ran in.
 struct Append(&'static str, Option<crate::features::Gate>);
@@ -304,6 +304,7 @@ async fn a_panicking_plugin_fails_only_its_request_and_is_counted() {
     assert_eq!(fine["allowed"], true);
     let panics = adm
         .metrics()
+        .admission
         .plugin_panics
         .get_or_create(&PluginLabels {
             webhook: webhooks::VALIDATE_POD,

@@ -5,6 +5,7 @@
 //! filled from files ([`load`]); in cluster mode the operator's watches feed the same writers.
 
 pub mod load;
+pub mod metrics;
 pub mod pod_index;
 pub mod quota_topology;
 pub mod watch;

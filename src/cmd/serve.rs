@@ -15,11 +15,11 @@ use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
 use crate::controller::certificates::CertPolicy;
 use crate::controller::leader::LeaseTimings;
+use crate::controller::metrics::CertLabels;
 use crate::controller::webhook_configs::Desired;
 use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
-use crate::metrics::CertLabels;
 use crate::names::{NAMESPACE, SERVICE_NAME};
 use crate::server::{self, Shared};
 use crate::state::State;
@@ -154,6 +154,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             move || {
                 counted
                     .metrics
+                    .operator
                     .cert_rotations
                     .get_or_create(&CertLabels {
                         certificate: "serving",

@@ -10,10 +10,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 
+use super::metrics::CertLabels;
 use super::secrets::{self, CaState, Phase, TlsState};
 use super::webhook_configs::{self, Desired};
 use crate::certs::{CertError, PemPair, authority};
-use crate::metrics::{CertLabels, KindLabels, Metrics};
+use crate::metrics::{KindLabels, Metrics};
 use crate::names::FIELD_MANAGER;
 use crate::names::NAMESPACE;
 use crate::names::{SECRET_CA, SECRET_TLS};
@@ -112,6 +113,7 @@ impl Issuer {
             return Err(e.into());
         }
         metrics
+            .operator
             .writes
             .get_or_create(&KindLabels { kind: "secret" })
             .inc();
@@ -121,6 +123,7 @@ impl Issuer {
     fn issue_serving(&self, signer: &PemPair, metrics: &Metrics) -> Result<PemPair, CertError> {
         let pair = authority::issue_serving(signer, &self.policy.hosts, self.policy.cert_validity)?;
         metrics
+            .operator
             .cert_rotations
             .get_or_create(&CertLabels {
                 certificate: "serving",
@@ -174,6 +177,7 @@ impl Issuer {
                     since: Some(jiff::Timestamp::now()),
                 };
                 metrics
+                    .operator
                     .cert_rotations
                     .get_or_create(&CertLabels { certificate: "ca" })
                     .inc();
@@ -197,6 +201,7 @@ impl Issuer {
                 since: Some(jiff::Timestamp::now()),
             };
             metrics
+                .operator
                 .cert_rotations
                 .get_or_create(&CertLabels { certificate: "ca" })
                 .inc();
@@ -271,7 +276,7 @@ impl Issuer {
             self.apply(&secrets::tls_secret(&tls, &ca), metrics).await?;
         }
         record_not_after(metrics, &ca.ca, &tls.serving);
-        metrics.ca_rotation_phase.set(ca.phase.number());
+        metrics.operator.ca_rotation_phase.set(ca.phase.number());
 
         if webhook_configs::converge_all(
             &self.client,
@@ -282,6 +287,7 @@ impl Issuer {
         .await?
         {
             metrics
+                .operator
                 .writes
                 .get_or_create(&KindLabels {
                     kind: "webhookconfiguration",
@@ -356,6 +362,7 @@ pub fn record_not_after(metrics: &Metrics, ca: &PemPair, serving: &PemPair) {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             metrics
+                .operator
                 .cert_not_after
                 .get_or_create(&CertLabels { certificate })
                 .set(secs as i64);

@@ -5,6 +5,7 @@
 pub mod certificates;
 pub mod child_requests;
 pub mod leader;
+pub mod metrics;
 #[cfg(test)]
 pub(crate) mod scripted_api;
 pub mod secrets;
@@ -25,13 +26,13 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
 
 use crate::certs::authority;
-use crate::metrics::ConfigurationLabels;
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 use crate::names::{NAMESPACE, SERVICE_NAME};
 use crate::names::{SECRET_CA, SECRET_TLS};
 use crate::state::State;
 use certificates::{CertPolicy, Issuer, Next};
 use leader::{Leadership, LeaseTimings};
+use metrics::ConfigurationLabels;
 
 /// The longest one certificate and webhook-configuration pass of the leader may take.
 const PASS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -103,7 +104,7 @@ pub async fn run(
     let recount_cache = writer.reader();
 
     let cache_task =
-        crate::cache::watch::run(client.clone(), writer, metrics.watch_restarts.clone());
+        crate::cache::watch::run(client.clone(), writer, metrics.cache.watch_restarts.clone());
     let cache_ready = {
         let state = state.clone();
         async move {
@@ -266,7 +267,7 @@ async fn issue_as_leader(
         // `Notified` made after the pass would miss it, and the repair would wait for the timer).
         kicked = Box::pin(kick.notified());
         let is_leader = leadership.is_leader();
-        metrics.leader.set(i64::from(is_leader));
+        metrics.operator.leader.set(i64::from(is_leader));
         if !is_leader || config.cert_mode == CertMode::External {
             wait = issuer.tick();
             continue;
@@ -319,6 +320,7 @@ async fn check_readiness(
         };
         for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {
             metrics
+                .operator
                 .ca_bundle_in_sync
                 .get_or_create(&ConfigurationLabels { configuration })
                 .set(i64::from(verdict.is_ok()));

@@ -18,7 +18,8 @@ pub async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
     for (kind, count) in state.cache.sizes() {
         state
             .metrics
-            .cache_objects
+            .cache
+            .objects
             .get_or_create(&KindLabels { kind })
             .set(count as i64);
     }

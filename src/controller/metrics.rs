@@ -1,0 +1,75 @@
+//! The operator's metrics: certificates and their rotation, the caBundle of the webhook
+//! configurations, leadership, and the writes this replica made.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::metrics::KindLabels;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabels {
+    /// ca or serving.
+    pub certificate: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigurationLabels {
+    pub configuration: &'static str,
+}
+
+#[derive(Clone)]
+pub struct OperatorMetrics {
+    pub cert_not_after: Family<CertLabels, Gauge>,
+    pub cert_rotations: Family<CertLabels, Counter>,
+    pub ca_rotation_phase: Gauge,
+    pub ca_bundle_in_sync: Family<ConfigurationLabels, Gauge>,
+    pub leader: Gauge,
+    pub writes: Family<KindLabels, Counter>,
+}
+
+impl OperatorMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            cert_not_after: Family::default(),
+            cert_rotations: Family::default(),
+            ca_rotation_phase: Gauge::default(),
+            ca_bundle_in_sync: Family::default(),
+            leader: Gauge::default(),
+            writes: Family::default(),
+        };
+        registry.register(
+            "certificate_not_after_seconds",
+            "notAfter of the CA and of the serving certificate, as Unix seconds",
+            metrics.cert_not_after.clone(),
+        );
+        registry.register(
+            "certificate_rotations",
+            "Certificates issued, by kind",
+            metrics.cert_rotations.clone(),
+        );
+        registry.register(
+            "ca_rotation_phase",
+            "CA rotation phase: 0 stable, 1 publishing both CAs, 2 draining the old CA",
+            metrics.ca_rotation_phase.clone(),
+        );
+        registry.register(
+            "ca_bundle_in_sync",
+            "Whether every entry of the configuration carries the expected caBundle (1) or not (0)",
+            metrics.ca_bundle_in_sync.clone(),
+        );
+        registry.register(
+            "leader",
+            "Whether this replica holds the Lease and writes (1) or only serves (0)",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "cluster_writes",
+            "Writes to the API server by this replica, by kind",
+            metrics.writes.clone(),
+        );
+        metrics
+    }
+}
