@@ -164,3 +164,66 @@ if w and wr:
           f"is replaced once a second (read back every 200 ms): {get(n, 'reloads')} reloads counted by the "
           "server's metrics.\n")
     print(table(["figure", "with rotations", "without", "ratio"], lines))
+
+apiserver = [r for r in rows if r["phase"] == "apiserver"]
+if apiserver:
+    def at(server, endpoint):
+        return find("apiserver", server, endpoint)
+
+    print("## Through the API server: what the webhook adds to a pod create\n")
+    print("`bench/run apiserver` (bench/apiserver.py): the one-node cluster of `scripts/cluster` on this "
+          "machine (kube-apiserver, etcd, kubelet, containerd; nothing pinned). Pod creates of about 1 KiB "
+          "sent to the API server by oha over HTTP/2 (4 connections x 16 streams, latency counted from "
+          "when a request was due), dry-run (`?dryRun=All`) and real (a node that does not exist, deleted "
+          "after each run), at 50/s, 200/s and as fast as the client goes. Cases, in one run: no webhook; "
+          "koord-webhook from `manifests/install.yaml` (two replicas, Service); the Go peer in its own "
+          "image, two replicas, with the same pod entries (both /mutate-pod and /validate-pod called on a "
+          "create). *Added* = the case's figure minus the no-webhook figure of the same run.\n")
+    lines, targets = [], []
+    endpoints = []
+    for r in apiserver:
+        if r["endpoint"] not in endpoints:
+            endpoints.append(r["endpoint"])
+    for endpoint in endpoints:
+        none, k, p = at("none", endpoint), at("koord-webhook", endpoint), at("go-peer", endpoint)
+        for key, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
+            base = get(none, key)
+            added_k = get(k, key) - base if k and base is not None else None
+            added_p = get(p, key) - base if p and base is not None else None
+            lines.append([f"{endpoint}: {label} ms", fmt(base), fmt(get(k, key)), fmt(get(p, key)),
+                          fmt(added_k), fmt(added_p), ratio(added_k, added_p)
+                          if added_k is not None and added_p and added_p > 0 else "-"])
+    print(table(["run: figure", "no webhook", "koord-webhook", "Go peer", "added by koord-webhook",
+                 "added by the peer", "added koord / added peer"], lines))
+    lines = []
+    for endpoint in endpoints:
+        none, k, p = at("none", endpoint), at("koord-webhook", endpoint), at("go-peer", endpoint)
+        share = lambda r: fmt(100 * r["first_bucket_share"]) if r and r.get("first_bucket_share") is not None else "-"
+        lines.append([endpoint, fmt(get(none, "rps")), fmt(get(k, "rps")), fmt(get(p, "rps")),
+                      share(k), share(p), f"{get(k, 'rejections')} / {get(p, 'rejections')}",
+                      f"{get(k, 'errors')} / {get(p, 'errors')}",
+                      fmt(get(none, "apiserver_cpu_ms_per_1000")), fmt(get(k, "apiserver_cpu_ms_per_1000")),
+                      fmt(get(p, "apiserver_cpu_ms_per_1000")),
+                      fmt(get(k, "webhook_cpu_ms_per_1000")), fmt(get(p, "webhook_cpu_ms_per_1000")),
+                      fmt(get(k, "webhook_working_set_mib")), fmt(get(p, "webhook_working_set_mib"))])
+    print(table(["run", "creates/s none", "koord", "peer", "% calls in first bucket (5 ms) koord",
+                 "peer", "rejections koord / peer", "client errors koord / peer",
+                 "API server CPU ms / 1,000 none", "koord", "peer",
+                 "webhook Pods CPU ms / 1,000 koord", "peer", "webhook Pods working set MiB koord", "peer"],
+                lines))
+    r200 = [e for e in endpoints if e.endswith(" 200")]
+    for endpoint in r200:
+        none, k, p = at("none", endpoint), at("koord-webhook", endpoint), at("go-peer", endpoint)
+        if not (none and k and p):
+            continue
+        added_k, added_p = k["p99_ms"] - none["p99_ms"], p["p99_ms"] - none["p99_ms"]
+        targets.append((f"{endpoint}: p99 added by koord-webhook <= 1 ms", fmt(added_k),
+                        "yes" if added_k <= 1 else "no"))
+        targets.append((f"{endpoint}: p99 added <= a third of the peer's ({fmt(added_p)} ms)",
+                        fmt(added_k), "yes" if added_p > 0 and added_k <= added_p / 3 else "no"))
+        share = k.get("first_bucket_share")
+        targets.append((f"{endpoint}: >= 99.9 % of koord-webhook's calls in the first bucket",
+                        fmt(100 * share) if share is not None else "-",
+                        "yes" if share is not None and share >= 0.999 else "no"))
+    print("Targets of this phase:\n")
+    print(table(["target", "measured", "met"], targets))

@@ -175,9 +175,10 @@ func mutatePod(_ context.Context, req admission.Request) admission.Response {
 func main() {
 	port := flag.Int("port", 9444, "HTTPS port")
 	certDir := flag.String("cert-dir", ".", "directory with tls.crt and tls.key")
+	host := flag.String("host", "127.0.0.1", "address to listen on (0.0.0.0 in a Pod)")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
-	server := webhook.NewServer(webhook.Options{Port: *port, CertDir: *certDir, Host: "127.0.0.1"})
+	server := webhook.NewServer(webhook.Options{Port: *port, CertDir: *certDir, Host: *host})
 	server.Register("/validate-pod", &webhook.Admission{Handler: admission.HandlerFunc(validatePod)})
 	server.Register("/mutate-pod", &webhook.Admission{Handler: admission.HandlerFunc(mutatePod)})
 	if err := server.Start(ctrl.SetupSignalHandler()); err != nil {

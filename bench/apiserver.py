@@ -1,0 +1,280 @@
+"""The `apiserver` phase of `just bench`: what a webhook adds to a pod create, with the API server as
+its client. On the one-node cluster of scripts/cluster (kube-apiserver, etcd, kubelet, containerd in
+a network namespace), pod creates go through the API server at fixed rates and at the most the client
+reaches, dry-run and real, in three cases measured in one run on the same machine:
+
+- none: no webhook configured;
+- koord-webhook: manifests/install.yaml as users apply it (two replicas behind the Service);
+- go-peer: bench/go-peer (controller-runtime) in its own image, two replicas behind a Service, with
+  the same pod entries as koord-webhook's (rules, namespace selector, failurePolicy, timeout).
+
+Per run: the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
+API server's own histogram of the webhook calls (share in its first bucket, 5 ms), its rejections,
+its CPU per 1,000 creates, and the webhook Pods' CPU and working set from the kubelet. Real creates
+name a node that does not exist, so nothing schedules or runs them, and are deleted after each run.
+"""
+import base64
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "target", "bench")
+CLUSTER = os.path.join(ROOT, "scripts", "cluster")
+NODE_IP, NODE_NAME = "10.250.0.1", "koord-node"
+API = f"https://{NODE_IP}:6443"
+NAMESPACE = "bench"
+PEER_NAMESPACE, PEER_IMAGE = "koord-bench", "koord-bench/go-peer:dev"
+POD_PATHS = ("/mutate-pod", "/validate-pod")
+RATES = (50, 200, None)  # None: as fast as the client goes
+FIRST_BUCKET = "0.005"
+
+
+def pod_body():
+    """A plain pod of about 1 KiB: both webhooks run their whole pod chains and allow it."""
+    env = [{"name": f"SETTING_{i}", "value": "x" * 24} for i in range(8)]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "bench-", "labels": {"app": "bench", "tier": "batch"}},
+            "spec": {"nodeName": "bench-nowhere", "containers": [{
+                "name": "main", "image": "registry.invalid/bench:1", "env": env,
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                              "limits": {"cpu": "100m", "memory": "64Mi"}}}]}}
+
+
+class Cluster:
+    def __init__(self, log, directory):
+        self.log, self.d = log, directory
+        pki = os.path.join(directory, "pki")
+        self.tls = ["--cacert", f"{pki}/ca.crt", "--cert", f"{pki}/admin.crt", "--key", f"{pki}/admin.key"]
+
+    def up(self):
+        subprocess.run([CLUSTER, "up", self.d], check=True, stdout=subprocess.DEVNULL)
+
+    def down(self):
+        subprocess.run([CLUSTER, "down", self.d], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def run(self, *argv, stdin=None, check=True):
+        done = subprocess.run([CLUSTER, "exec", self.d, *argv], input=stdin, capture_output=True,
+                              text=True)
+        if check and done.returncode:
+            raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+    def kubectl(self, *args, stdin=None, check=True):
+        return self.run("kubectl", *args, stdin=stdin, check=check)
+
+    def apply(self, docs):
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+    def api(self, method, path):
+        return self.run("curl", "-fsS", "-X", method, *self.tls, f"{API}{path}")
+
+    def apiserver_cpu(self):
+        pid = [line.split()[1] for line in open(os.path.join(self.d, "pids"))
+               if line.split()[0] == "kube-apiserver"][-1]
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def pod_stats(self, namespace):
+        """CPU seconds used so far and working set (MiB) summed over the namespace's Pods."""
+        summary = json.loads(self.kubectl("get", "--raw",
+                                          f"/api/v1/nodes/{NODE_NAME}/proxy/stats/summary"))
+        cpu = memory = 0
+        for pod in summary.get("pods", []):
+            if pod["podRef"]["namespace"] == namespace:
+                cpu += pod.get("cpu", {}).get("usageCoreNanoSeconds", 0)
+                memory += pod.get("memory", {}).get("workingSetBytes", 0)
+        return cpu / 1e9, memory / 2**20
+
+    def webhook_metrics(self, names):
+        """Calls of the named webhooks, those in the first bucket, and rejections, so far."""
+        calls = first = rejections = 0
+        for line in self.api("GET", "/metrics").splitlines():
+            if line.startswith("#"):
+                continue
+            name = re.search(r'[{,]name="([^"]+)"', line)
+            if not name or name.group(1) not in names:
+                continue
+            value = float(line.rsplit(" ", 1)[1])
+            if line.startswith("apiserver_admission_webhook_admission_duration_seconds_count"):
+                calls += value
+            elif line.startswith("apiserver_admission_webhook_admission_duration_seconds_bucket") \
+                    and f'le="{FIRST_BUCKET}"' in line:
+                first += value
+            elif line.startswith("apiserver_admission_webhook_rejection_count"):
+                rejections += value
+        return calls, first, rejections
+
+    def wait_for_admission(self, what):
+        """Until a server-side dry-run create passes (the webhook answers with the right caBundle)."""
+        manifest = json.dumps(dict(pod_body(), metadata={"name": "probe", "namespace": NAMESPACE}))
+        deadline = time.time() + 180
+        while True:
+            done = subprocess.run([CLUSTER, "exec", self.d, "kubectl", "create", "--dry-run=server",
+                                   "-f", "-"], input=manifest, capture_output=True, text=True)
+            if done.returncode == 0:
+                return
+            if time.time() > deadline:
+                raise RuntimeError(f"{what} never admitted a pod: {done.stderr.strip()}")
+            time.sleep(1)
+
+
+def install_koord(cluster):
+    cluster.kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "manifests", "install.yaml"))
+    cluster.kubectl("-n", "koordinator-system", "rollout", "status", "deployment/koord-webhook",
+                    "--timeout=180s")
+    cluster.wait_for_admission("koord-webhook")
+
+
+def uninstall_koord(cluster, koord):
+    """As users uninstall it (`koord-webhook uninstall`), then until its Pods are gone."""
+    cluster.run(koord, "uninstall")
+    cluster.kubectl("wait", "--for=delete", "namespace/koordinator-system", "--timeout=180s",
+                    check=False)
+
+
+def koord_pod_entries():
+    """manifests/install.yaml's pod entries, as they are configured there."""
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(ROOT, "manifests", "install.yaml"))) if d]
+    configurations = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    entries = {c["kind"]: [w for w in c["webhooks"] if w["clientConfig"]["service"]["path"] in POD_PATHS]
+               for c in configurations}
+    return entries, deployment["spec"]["template"]["spec"]["containers"][0].get("resources")
+
+
+def peer_image():
+    """bench/go-peer, static, in an image of its own (scripts/image --binary: FROM scratch)."""
+    binary = os.path.join(OUT, "image", "go-peer")
+    os.makedirs(os.path.dirname(binary), exist_ok=True)
+    subprocess.run(["go", "build", "-o", binary, "."], cwd=os.path.join(ROOT, "bench", "go-peer"),
+                   env=dict(os.environ, CGO_ENABLED="0"), check=True)
+    archive = os.path.join(OUT, "go-peer.oci.tar")
+    subprocess.run([os.path.join(ROOT, "scripts", "image"), "--binary", binary, "--name", PEER_IMAGE,
+                    "--output", archive], check=True, stdout=subprocess.DEVNULL)
+    return archive
+
+
+def install_peer(cluster, tmp):
+    service = f"go-peer.{PEER_NAMESPACE}.svc"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", f"/CN={service}", "-addext", f"subjectAltName=DNS:{service}",
+                    "-keyout", f"{tmp}/tls.key", "-out", f"{tmp}/tls.crt"], check=True, capture_output=True)
+    cert, key = (open(f"{tmp}/tls.{k}", "rb").read() for k in ("crt", "key"))
+    b64 = lambda data: base64.b64encode(data).decode()
+    entries, resources = koord_pod_entries()
+    labels = {"app": "go-peer"}
+    docs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PEER_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": "go-peer-tls", "namespace": PEER_NAMESPACE},
+         "data": {"tls.crt": b64(cert), "tls.key": b64(key)}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "go-peer", "namespace": PEER_NAMESPACE},
+         "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {"containers": [{
+                 "name": "go-peer", "image": PEER_IMAGE, "imagePullPolicy": "Never",
+                 "args": ["--port", "9443", "--host", "0.0.0.0", "--cert-dir", "/certs"],
+                 "ports": [{"containerPort": 9443}], "resources": resources or {},
+                 "readinessProbe": {"tcpSocket": {"port": 9443}, "periodSeconds": 2},
+                 "volumeMounts": [{"name": "tls", "mountPath": "/certs", "readOnly": True}]}],
+                 "volumes": [{"name": "tls", "secret": {"secretName": "go-peer-tls"}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "go-peer", "namespace": PEER_NAMESPACE},
+         "spec": {"selector": labels, "ports": [{"port": 443, "targetPort": 9443}]}},
+    ]
+    for kind, webhooks in entries.items():
+        for w in webhooks:
+            w["clientConfig"] = {"caBundle": b64(cert), "service": {
+                "name": "go-peer", "namespace": PEER_NAMESPACE, "port": 443,
+                "path": w["clientConfig"]["service"]["path"]}}
+        docs.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                     "metadata": {"name": f"go-peer-{kind.lower()}"}, "webhooks": webhooks})
+    cluster.apply(docs)
+    cluster.kubectl("-n", PEER_NAMESPACE, "rollout", "status", "deployment/go-peer", "--timeout=180s")
+    cluster.wait_for_admission("go-peer")
+
+
+def entry_names():
+    entries, _ = koord_pod_entries()
+    return {w["name"] for webhooks in entries.values() for w in webhooks}
+
+
+def load(cluster, oha, dry_run, rate, duration):
+    """One oha run of pod creates; the figures the client sees."""
+    body = os.path.join(OUT, "apiserver-pod.json")
+    with open(body, "w") as f:
+        json.dump(pod_body(), f)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods" + ("?dryRun=All" if dry_run else "")
+    argv = [oha, "--no-tui", "--output-format", "json", "-z", f"{duration}s", "--http2",
+            "-c", "4", "-p", "16", "-m", "POST", "-T", "application/json", "-D", body, *cluster.tls]
+    if rate:
+        argv += ["-q", str(rate), "--latency-correction"]
+    result = json.loads(cluster.run(*argv, f"{API}{path}"))
+    summary, pct = result["summary"], result["latencyPercentiles"]
+    codes = result.get("statusCodeDistribution", {})
+    created = codes.get("201", 0)
+    return {
+        "rps": summary["requestsPerSec"], "requests": created,
+        "p50_ms": (pct.get("p50") or 0) * 1000, "p99_ms": (pct.get("p99") or 0) * 1000,
+        "p999_ms": (pct.get("p99.9") or 0) * 1000,
+        "errors": sum(result.get("errorDistribution", {}).values())
+        + sum(n for code, n in codes.items() if code != "201"),
+    }
+
+
+def measure(cluster, oha, record, case, namespace, names, duration):
+    # A short warm-up: connections, the API server's webhook clients, the webhook's caches.
+    load(cluster, oha, True, 50, 2)
+    for dry_run in (True, False):
+        for rate in RATES:
+            cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
+            calls = cluster.webhook_metrics(names)
+            figures = load(cluster, oha, dry_run, rate, duration)
+            calls = [after - before for after, before in zip(cluster.webhook_metrics(names), calls)]
+            cpu = cluster.apiserver_cpu() - cpu
+            per_1000 = 1e6 / max(figures["requests"], 1)
+            figures.update(apiserver_cpu_ms_per_1000=cpu * per_1000, webhook_calls=int(calls[0]),
+                           first_bucket_share=calls[1] / calls[0] if calls[0] else None,
+                           rejections=int(calls[2]))
+            if namespace:
+                after = cluster.pod_stats(namespace)
+                figures.update(webhook_cpu_ms_per_1000=(after[0] - webhook[0]) * per_1000,
+                               webhook_working_set_mib=after[1])
+            endpoint = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
+            record("apiserver", case, endpoint, figures, rate=rate, dry_run=dry_run)
+            if not dry_run:
+                # One DELETE for all of them; grace 0: their node does not exist to confirm.
+                cluster.api("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?gracePeriodSeconds=0")
+
+
+def run(log, record, oha, koord, duration):
+    if os.geteuid() != 0:
+        raise SystemExit("the apiserver phase needs root (it starts a one-node cluster)")
+    peer = peer_image()
+    with tempfile.TemporaryDirectory(prefix="koord-bench-cluster-", dir=OUT) as d:
+        cluster = Cluster(log, d)
+        log("apiserver: starting a one-node cluster")
+        cluster.up()
+        try:
+            subprocess.run([os.path.join(ROOT, "scripts", "image"), "--load", d], check=True,
+                           stdout=subprocess.DEVNULL)
+            subprocess.run([CLUSTER, "load", d, peer, PEER_IMAGE], check=True)
+            cluster.kubectl("create", "namespace", NAMESPACE)
+            names = entry_names()
+            log("apiserver: no webhook")
+            measure(cluster, oha, record, "none", None, names, duration)
+            log("apiserver: koord-webhook from manifests/install.yaml")
+            install_koord(cluster)
+            measure(cluster, oha, record, "koord-webhook", "koordinator-system", names, duration)
+            uninstall_koord(cluster, koord)
+            log("apiserver: the Go peer, same entries")
+            install_peer(cluster, d)
+            measure(cluster, oha, record, "go-peer", PEER_NAMESPACE, names, duration)
+        finally:
+            cluster.down()
