@@ -62,8 +62,24 @@ pub enum Command {
     Uninstall(UninstallArgs),
 }
 
+/// Which cluster and namespace a command reads, as kubectl chooses them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClusterFlags {
+    /// Path of the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The namespace koord-webhook runs in.
+    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", default_value = crate::names::NAMESPACE)]
+    pub namespace: String,
+}
+
 #[derive(Args, Debug)]
 pub struct UninstallArgs {
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     /// Also delete Koordinator's CRDs, and with them every ElasticQuota, ElasticQuotaProfile,
     /// Reservation and ClusterColocationProfile.
     #[arg(long)]
@@ -78,9 +94,29 @@ pub struct UninstallArgs {
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
     /// `text` for people, `json` for scripts.
     #[arg(long, short, value_enum, default_value = "text")]
     pub output: OutputFormat,
+    /// Wait until koord-webhook is healthy (or `--timeout` passes), as scripts after an install do.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits.
+    #[arg(long, default_value = "2m", value_parser = parse_duration_arg)]
+    pub timeout: Duration,
+    /// A certificate that expires sooner than this counts as unhealthy (rotation should have
+    /// replaced it at half its life).
+    #[arg(long, default_value = "168h", value_parser = parse_duration_arg)]
+    pub expiry_threshold: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReviewOperation {
+    Create,
+    Update,
+    Delete,
+    Connect,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -208,8 +244,27 @@ pub struct ReviewArgs {
     #[arg(long, default_value = "")]
     pub feature_gates: String,
     /// The AdmissionReview JSON: a file, or `-` for standard input.
+    #[arg(long, required_unless_present = "object", conflicts_with_all = ["object", "old_object"])]
+    pub request: Option<String>,
+    /// The object alone (YAML or JSON file, `-` for standard input): `review` builds the
+    /// AdmissionReview around it, as the API server would.
     #[arg(long)]
-    pub request: String,
+    pub object: Option<String>,
+    /// The object before the change (UPDATE, DELETE).
+    #[arg(long)]
+    pub old_object: Option<String>,
+    /// The operation of the built review.
+    #[arg(long, value_enum, default_value = "create")]
+    pub operation: ReviewOperation,
+    /// Who asks, in the built review.
+    #[arg(long, default_value = "koord-webhook-review")]
+    pub user: String,
+    /// A group of the user (repeatable).
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
+    /// Exit 1 when the request is denied (default: 0 whenever an answer was produced).
+    #[arg(long)]
+    pub exit_code: bool,
     #[command(flatten)]
     pub rules: RuleFlags,
 }

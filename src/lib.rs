@@ -12,6 +12,7 @@ pub mod features;
 pub mod install;
 pub mod metrics;
 pub(crate) mod names;
+mod process_metrics;
 pub mod resources;
 pub(crate) mod selectors;
 pub mod server;

@@ -36,7 +36,11 @@ fn main() -> ExitCode {
                 let _ = stdout
                     .write_all(&response)
                     .and_then(|_| stdout.write_all(b"\n"));
-                ExitCode::SUCCESS
+                if args.exit_code && !cmd::review::allowed(&response) {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                }
             }
             Err(e) => {
                 eprintln!("koord-webhook review: {e}");
@@ -55,13 +59,19 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(format!("cannot start runtime: {e}")),
             };
-            let json = args.output == koord_webhook::cli::OutputFormat::Json;
-            match runtime.block_on(cmd::status::run(json)) {
-                Ok(text) => {
+            match runtime.block_on(cmd::status::run(&args)) {
+                Ok((text, healthy)) => {
                     print!("{text}");
-                    ExitCode::SUCCESS
+                    if healthy {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
                 }
-                Err(e) => fail(format!("{e:#}")),
+                Err(e) => {
+                    fail(format!("{e:#}"));
+                    ExitCode::from(2)
+                }
             }
         }
         Command::Uninstall(args) => {
@@ -70,6 +80,7 @@ fn main() -> ExitCode {
                 Err(e) => return fail(format!("cannot start runtime: {e}")),
             };
             let options = cmd::uninstall::Options {
+                cluster: args.cluster,
                 delete_crds: args.delete_crds,
                 delete_namespace: args.delete_namespace,
                 timeout: args.timeout,

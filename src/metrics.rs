@@ -1,15 +1,19 @@
 //! The process's Prometheus registry, served as text on `/metrics`. Each subsystem's metrics live
-//! with it and register themselves here: `admission/metrics.rs`, `cache/metrics.rs`,
-//! `controller/metrics.rs`.
+//! with it and register themselves here under `koord_webhook_`: `admission/metrics.rs`,
+//! `cache/metrics.rs`, `controller/metrics.rs`; beside them `koord_webhook_build_info` and the
+//! standard `process_*` metrics. Names follow Prometheus conventions: counters end in `_total`,
+//! units are in the name, points in time are `_timestamp_seconds`.
 
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::admission::metrics::AdmissionMetrics;
 use crate::cache::metrics::CacheMetrics;
 use crate::controller::metrics::OperatorMetrics;
+use crate::process_metrics::ProcessCollector;
 
 /// By kind of object (cache contents, watches, writes).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,10 +38,17 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("koord_webhook");
-        let admission = AdmissionMetrics::register(&mut registry);
-        let cache = CacheMetrics::register(&mut registry);
-        let operator = OperatorMetrics::register(&mut registry);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(ProcessCollector));
+        let ours = registry.sub_registry_with_prefix("koord_webhook");
+        ours.register(
+            "build",
+            "The running build: version of koord-webhook",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        let admission = AdmissionMetrics::register(ours);
+        let cache = CacheMetrics::register(ours);
+        let operator = OperatorMetrics::register(ours);
         Self {
             registry: Arc::new(registry),
             admission,

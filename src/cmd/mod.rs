@@ -1,5 +1,6 @@
 //! The subcommands.
 
+pub mod cluster;
 pub mod crds;
 pub mod manifests;
 pub mod review;

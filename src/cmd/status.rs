@@ -1,12 +1,16 @@
-//! `koord-webhook status`: what an operator of the cluster wants to know about koord-webhook in
-//! `koordinator-system`, read from the API server: leader, certificates, rotation phase, whether each
-//! webhook configuration carries the trusted bundle, enabled entries, object counts, recent Events.
+//! `koord-webhook status`: what an operator of the cluster wants to know about koord-webhook in its
+//! namespace, read from the API server: health and the problems found, leader, certificates,
+//! rotation phase, whether each webhook configuration carries the trusted bundle, enabled entries,
+//! ready endpoints, object counts, recent Events. Exit 0 healthy, 1 unhealthy, 2 when the cluster
+//! cannot be read; `--wait` polls until healthy.
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
@@ -15,20 +19,27 @@ use serde::de::DeserializeOwned;
 
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::certs::authority;
+use crate::cli::{OutputFormat, StatusArgs};
 use crate::controller::secrets::{self, PHASE_ANNOTATION};
 use crate::controller::webhook_configs;
-use crate::names::NAMESPACE;
-use crate::names::{LEASE, SECRET_TLS};
+use crate::names::{LEASE, SECRET_TLS, SERVICE_NAME};
 
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
+    /// No problem found: a live leader, both configurations carrying the trusted bundle, no
+    /// certificate expiring within the threshold, ready endpoints behind the Service.
+    pub healthy: bool,
+    pub problems: Vec<String>,
+    pub namespace: String,
     pub leader: Option<String>,
     pub ca_not_after: Option<String>,
     pub serving_not_after: Option<String>,
     pub rotation_phase: Option<String>,
+    /// Ready endpoints behind the webhook Service (`None`: the entries call a URL, or no Service).
+    pub ready_endpoints: Option<usize>,
     pub configurations: Vec<ConfigurationStatus>,
-    pub objects: Vec<(String, usize)>,
+    pub objects: Vec<ObjectCount>,
     pub recent_events: Vec<String>,
 }
 
@@ -38,43 +49,166 @@ pub struct ConfigurationStatus {
     pub name: String,
     pub exists: bool,
     pub ca_bundle_in_sync: bool,
-    pub entries: Vec<(String, String)>,
+    pub entries: Vec<EntryStatus>,
 }
 
-fn not_after(pem: &str) -> Option<String> {
-    let (_, until) = authority::validity(pem.as_bytes()).ok()?;
-    jiff::Timestamp::try_from(until).ok().map(|t| t.to_string())
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryStatus {
+    pub name: String,
+    pub failure_policy: String,
 }
 
-async fn count<K>(client: &Client) -> kube::Result<usize>
+#[derive(Serialize, Debug)]
+pub struct ObjectCount {
+    pub kind: String,
+    pub count: usize,
+}
+
+/// What `status` checks against.
+#[derive(Clone, Debug)]
+pub struct Checks {
+    pub namespace: String,
+    /// A certificate expiring sooner than this is a problem.
+    pub expiry_threshold: Duration,
+}
+
+/// A certificate's notAfter as text, and whether it expires within `threshold` (or is unreadable).
+fn not_after(pem: &str, threshold: Duration) -> (Option<String>, bool) {
+    let Ok((_, until)) = authority::validity(pem.as_bytes()) else {
+        return (None, true);
+    };
+    let expiring = until
+        .duration_since(SystemTime::now())
+        .map_or(true, |left| left < threshold);
+    (
+        jiff::Timestamp::try_from(until).ok().map(|t| t.to_string()),
+        expiring,
+    )
+}
+
+/// Objects of a kind, counted a page at a time (metadata only) so a large cluster costs bounded
+/// memory.
+async fn count<K>(api: Api<PartialObjectMeta<K>>) -> kube::Result<usize>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let api: Api<PartialObjectMeta<K>> = Api::all(client.clone());
-    Ok(api.list_metadata(&ListParams::default()).await?.items.len())
+    let mut params = ListParams::default().limit(PAGE);
+    let mut total = 0;
+    loop {
+        let page = api.list_metadata(&params).await?;
+        total += page.items.len();
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(total),
+        }
+    }
 }
 
-pub async fn collect(client: &Client) -> anyhow::Result<Status> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-    let leader = leases
+const PAGE: u32 = 500;
+
+async fn count_all<K>(client: &Client) -> kube::Result<usize>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    count(Api::<PartialObjectMeta<K>>::all(client.clone())).await
+}
+
+/// The Lease's holder, and a problem when there is none or its renewal is overdue.
+fn leader_of(lease: Option<Lease>, problems: &mut Vec<String>) -> Option<String> {
+    let spec = lease.and_then(|l| l.spec);
+    let holder = spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .filter(|h| !h.is_empty());
+    let Some(spec) = spec.filter(|_| holder.is_some()) else {
+        problems.push(format!("no leader: the Lease {LEASE} has no holder"));
+        return None;
+    };
+    if let (Some(renewed), Some(seconds)) = (&spec.renew_time, spec.lease_duration_seconds) {
+        let overdue =
+            jiff::Timestamp::now().duration_since(renewed.0).as_secs() > i64::from(seconds.max(0));
+        if overdue {
+            problems.push(format!(
+                "no leader: {} last renewed the Lease at {}, more than {seconds}s ago",
+                holder.as_deref().unwrap_or_default(),
+                renewed.0
+            ));
+        }
+    }
+    holder
+}
+
+/// Ready endpoints behind the webhook Service; `None` when there is no Service (URL mode).
+async fn ready_endpoints(client: &Client, namespace: &str) -> kube::Result<Option<usize>> {
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    if services.get_opt(SERVICE_NAME).await?.is_none() {
+        return Ok(None);
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
+    let by_service =
+        ListParams::default().labels(&format!("kubernetes.io/service-name={SERVICE_NAME}"));
+    let ready = slices
+        .list(&by_service)
+        .await?
+        .items
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .count();
+    Ok(Some(ready))
+}
+
+pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status> {
+    let namespace = checks.namespace.as_str();
+    let mut problems = Vec::new();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let lease = leases
         .get_opt(LEASE)
         .await
-        .context("cannot reach the cluster")?
-        .and_then(|l| l.spec?.holder_identity)
-        .filter(|h| !h.is_empty());
-    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+        .context("cannot reach the cluster")?;
+    let leader = leader_of(lease, &mut problems);
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let tls_secret = secrets_api.get_opt(SECRET_TLS).await?;
     let tls = tls_secret.as_ref().and_then(secrets::read_tls);
     let rotation_phase = tls_secret
         .as_ref()
         .and_then(|s| crate::apis::meta::annotation(s, PHASE_ANNOTATION))
         .map(str::to_owned);
-    let ca_not_after = tls.as_ref().and_then(|t| not_after(&t.bundle));
-    let serving_not_after = tls.as_ref().and_then(|t| not_after(&t.serving.cert_pem));
+    let (mut ca_not_after, mut serving_not_after) = (None, None);
+    match &tls {
+        None => problems.push(format!(
+            "the Secret {SECRET_TLS} holds no usable certificate"
+        )),
+        Some(t) => {
+            for (what, pem, slot) in [
+                ("CA", &t.bundle, &mut ca_not_after),
+                (
+                    "serving certificate",
+                    &t.serving.cert_pem,
+                    &mut serving_not_after,
+                ),
+            ] {
+                let (until, expiring) = not_after(pem, checks.expiry_threshold);
+                if expiring {
+                    problems.push(format!(
+                        "the {what} expires within {:?} ({})",
+                        checks.expiry_threshold,
+                        until.as_deref().unwrap_or("unreadable")
+                    ));
+                }
+                *slot = until;
+            }
+        }
+    }
     let trusted = tls.as_ref().map(|t| t.bundle.clone()).unwrap_or_default();
 
-    let configurations = webhook_configs::published_entries(client)
-        .await?
+    let published = webhook_configs::published_entries(client).await?;
+    let via_service = published
+        .iter()
+        .flat_map(|(_, entries)| entries.iter().flatten())
+        .any(|e| e.via_service);
+    let configurations: Vec<ConfigurationStatus> = published
         .into_iter()
         .map(|(name, entries)| ConfigurationStatus {
             name: name.to_owned(),
@@ -85,39 +219,60 @@ pub async fn collect(client: &Client) -> anyhow::Result<Status> {
             entries: entries
                 .into_iter()
                 .flatten()
-                .map(|e| (e.name, e.failure_policy))
+                .map(|e| EntryStatus {
+                    name: e.name,
+                    failure_policy: e.failure_policy,
+                })
                 .collect(),
         })
         .collect();
+    for c in &configurations {
+        match (c.exists, c.ca_bundle_in_sync) {
+            (false, _) => problems.push(format!("{} does not exist", c.name)),
+            (true, false) => problems.push(format!("{}: caBundle NOT in sync", c.name)),
+            (true, true) => {}
+        }
+    }
+    let ready_endpoints = match via_service {
+        true => ready_endpoints(client, namespace).await?,
+        false => None,
+    };
+    if ready_endpoints == Some(0) {
+        problems.push(format!("the Service {SERVICE_NAME} has no ready endpoint"));
+    }
 
-    let objects = vec![
+    let objects = [
+        ("ElasticQuota", count_all::<ElasticQuota>(client).await?),
         (
-            "ElasticQuota".to_owned(),
-            count::<ElasticQuota>(client).await?,
+            "ElasticQuotaProfile",
+            count_all::<ElasticQuotaProfile>(client).await?,
+        ),
+        ("Reservation", count_all::<Reservation>(client).await?),
+        (
+            "ClusterColocationProfile",
+            count_all::<ClusterColocationProfile>(client).await?,
         ),
         (
-            "ElasticQuotaProfile".to_owned(),
-            count::<ElasticQuotaProfile>(client).await?,
+            "ConfigMap (in the namespace)",
+            count(Api::<PartialObjectMeta<ConfigMap>>::namespaced(
+                client.clone(),
+                namespace,
+            ))
+            .await?,
         ),
-        (
-            "Reservation".to_owned(),
-            count::<Reservation>(client).await?,
-        ),
-        (
-            "ClusterColocationProfile".to_owned(),
-            count::<ClusterColocationProfile>(client).await?,
-        ),
-        ("ConfigMap (koordinator-system)".to_owned(), {
-            let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), NAMESPACE);
-            api.list_metadata(&ListParams::default()).await?.items.len()
-        }),
-        ("Namespace".to_owned(), count::<Namespace>(client).await?),
-        ("Node".to_owned(), count::<Node>(client).await?),
-        ("Pod".to_owned(), count::<Pod>(client).await?),
-    ];
+        ("Namespace", count_all::<Namespace>(client).await?),
+        ("Node", count_all::<Node>(client).await?),
+        ("Pod", count_all::<Pod>(client).await?),
+    ]
+    .into_iter()
+    .map(|(kind, count)| ObjectCount {
+        kind: kind.to_owned(),
+        count,
+    })
+    .collect();
 
-    let events: Api<Event> = Api::namespaced(client.clone(), NAMESPACE);
-    let mut items = events.list(&ListParams::default()).await?.items;
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let mut items = events.list(&ListParams::default().limit(PAGE)).await?.items;
     let when = |e: &Event| {
         e.last_timestamp
             .as_ref()
@@ -142,10 +297,14 @@ pub async fn collect(client: &Client) -> anyhow::Result<Status> {
         .collect();
 
     Ok(Status {
+        healthy: problems.is_empty(),
+        problems,
+        namespace: namespace.to_owned(),
         leader,
         ca_not_after,
         serving_not_after,
         rotation_phase,
+        ready_endpoints,
         configurations,
         objects,
         recent_events,
@@ -155,6 +314,15 @@ pub async fn collect(client: &Client) -> anyhow::Result<Status> {
 pub fn render_text(status: &Status) -> String {
     let mut out = String::new();
     let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_owned());
+    let health = if status.healthy {
+        "healthy"
+    } else {
+        "UNHEALTHY"
+    };
+    let _ = writeln!(out, "koord-webhook in {}: {health}", status.namespace);
+    for p in &status.problems {
+        let _ = writeln!(out, "  problem: {p}");
+    }
     let _ = writeln!(out, "leader:            {}", or_none(&status.leader));
     let _ = writeln!(out, "CA notAfter:       {}", or_none(&status.ca_not_after));
     let _ = writeln!(
@@ -174,13 +342,16 @@ pub fn render_text(status: &Status) -> String {
             (true, false) => "caBundle NOT in sync",
         };
         let _ = writeln!(out, "{}: {state}", c.name);
-        for (entry, policy) in &c.entries {
-            let _ = writeln!(out, "  {entry} (failurePolicy {policy})");
+        for e in &c.entries {
+            let _ = writeln!(out, "  {} (failurePolicy {})", e.name, e.failure_policy);
         }
     }
     let _ = writeln!(out, "objects:");
-    for (kind, n) in &status.objects {
-        let _ = writeln!(out, "  {kind}: {n}");
+    if let Some(ready) = status.ready_endpoints {
+        let _ = writeln!(out, "ready endpoints:   {ready}");
+    }
+    for o in &status.objects {
+        let _ = writeln!(out, "  {}: {}", o.kind, o.count);
     }
     let _ = writeln!(out, "recent events:");
     for e in &status.recent_events {
@@ -189,16 +360,27 @@ pub fn render_text(status: &Status) -> String {
     out
 }
 
-pub async fn run(json: bool) -> anyhow::Result<String> {
-    let client = Client::try_default()
-        .await
-        .context("cannot configure a Kubernetes client (KUBECONFIG or in-cluster)")?;
-    let status = tokio::time::timeout(std::time::Duration::from_secs(15), collect(&client))
-        .await
-        .context("the cluster did not answer within 15s")??;
-    Ok(if json {
-        serde_json::to_string_pretty(&status)? + "\n"
-    } else {
-        render_text(&status)
-    })
+/// One report, or with `wait` the first healthy one (or the last before `timeout`). The bool says
+/// whether it is healthy.
+pub async fn run(args: &StatusArgs) -> anyhow::Result<(String, bool)> {
+    let client = super::cluster::client(&args.cluster).await?;
+    let checks = Checks {
+        namespace: args.cluster.namespace.clone(),
+        expiry_threshold: args.expiry_threshold,
+    };
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    let status = loop {
+        let status = tokio::time::timeout(Duration::from_secs(15), collect(&client, &checks))
+            .await
+            .context("the cluster did not answer within 15s")??;
+        if status.healthy || !args.wait || tokio::time::Instant::now() >= deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let text = match args.output {
+        OutputFormat::Json => serde_json::to_string_pretty(&status)? + "\n",
+        OutputFormat::Text => render_text(&status),
+    };
+    Ok((text, status.healthy))
 }

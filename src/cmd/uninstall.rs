@@ -18,17 +18,18 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service, ServiceAccount
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::apis::all_crds;
-use crate::names::{APP_NAME, NAMESPACE, SERVICE_NAME, selector};
+use crate::names::{APP_NAME, SERVICE_NAME, selector};
 use crate::names::{LEASE, SECRET_CA, SECRET_TLS};
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 #[derive(Debug, Clone)]
 pub struct Options {
+    pub cluster: crate::cli::ClusterFlags,
     pub delete_crds: bool,
     pub delete_namespace: bool,
     /// How long to wait for the replicas to stop.
@@ -50,14 +51,13 @@ where
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<()> {
-    let client = Client::try_default()
-        .await
-        .context("cannot configure a Kubernetes client (KUBECONFIG or in-cluster)")?;
+    let client = super::cluster::client(&options.cluster).await?;
+    let namespace = options.cluster.namespace.as_str();
 
     // 1. The replicas, and wait until none runs.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     delete(&deployments, APP_NAME).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let by_app = ListParams::default().labels(&selector());
     let deadline = tokio::time::Instant::now() + options.timeout;
     loop {
@@ -94,33 +94,33 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
 
     // 3. The rest of the install, and what the operator made (Secrets, Lease).
     delete(
-        &Api::<Service>::namespaced(client.clone(), NAMESPACE),
+        &Api::<Service>::namespaced(client.clone(), namespace),
         SERVICE_NAME,
     )
     .await?;
     delete(
-        &Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE),
+        &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
         APP_NAME,
     )
     .await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     delete(&secrets, SECRET_TLS).await?;
     delete(&secrets, SECRET_CA).await?;
-    delete(&Api::<Lease>::namespaced(client.clone(), NAMESPACE), LEASE).await?;
+    delete(&Api::<Lease>::namespaced(client.clone(), namespace), LEASE).await?;
     delete(
-        &Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE),
+        &Api::<RoleBinding>::namespaced(client.clone(), namespace),
         APP_NAME,
     )
     .await?;
     delete(
-        &Api::<Role>::namespaced(client.clone(), NAMESPACE),
+        &Api::<Role>::namespaced(client.clone(), namespace),
         APP_NAME,
     )
     .await?;
     delete(&Api::<ClusterRoleBinding>::all(client.clone()), APP_NAME).await?;
     delete(&Api::<ClusterRole>::all(client.clone()), APP_NAME).await?;
     delete(
-        &Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE),
+        &Api::<ServiceAccount>::namespaced(client.clone(), namespace),
         APP_NAME,
     )
     .await?;
@@ -134,9 +134,9 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
         println!("kept the CRDs and their objects (--delete-crds removes them)");
     }
     if options.delete_namespace {
-        delete(&Api::<Namespace>::all(client.clone()), NAMESPACE).await?;
+        delete(&Api::<Namespace>::all(client.clone()), namespace).await?;
     } else {
-        println!("kept namespace {NAMESPACE} (--delete-namespace removes it)");
+        println!("kept namespace {namespace} (--delete-namespace removes it)");
     }
     Ok(())
 }

@@ -41,7 +41,7 @@ impl OperatorMetrics {
             writes: Family::default(),
         };
         registry.register(
-            "certificate_not_after_seconds",
+            "certificate_expiration_timestamp_seconds",
             "notAfter of the CA and of the serving certificate, as Unix seconds",
             metrics.cert_not_after.clone(),
         );

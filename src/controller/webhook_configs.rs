@@ -199,6 +199,8 @@ pub struct PublishedEntry {
     pub name: String,
     pub failure_policy: String,
     pub ca_bundle: Vec<u8>,
+    /// Called through a Service (else a URL).
+    pub via_service: bool,
 }
 
 async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec<PublishedEntry>>> {
@@ -216,6 +218,7 @@ async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec
                     .as_ref()
                     .map(|b| b.0.clone())
                     .unwrap_or_default(),
+                via_service: e.client_config.service.is_some(),
             })
             .collect()
     }))

@@ -112,6 +112,12 @@ async fn fresh_install_rotation_drift_and_loss() {
         metrics.contains("koord_webhook_certificate_rotations_total{certificate=\"serving\"}"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(
+            "koord_webhook_certificate_expiration_timestamp_seconds{certificate=\"serving\"}"
+        ),
+        "{metrics}"
+    );
 
     // 3. Drift: a blanked caBundle comes back.
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());

@@ -373,11 +373,25 @@ spec:
     let out = run_status(&["--output", "json"], &cp.kubeconfig);
     assert!(
         out.status.success(),
-        "{}",
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["healthy"], true, "{status}");
+    assert_eq!(status["problems"], serde_json::json!([]));
     assert_eq!(status["leader"], "live");
+    assert_eq!(
+        status["configurations"][0]["entries"][0]["failurePolicy"],
+        "Fail"
+    );
+    let pods = status["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "Pod")
+        .unwrap_or_else(|| panic!("no Pod count: {status}"));
+    assert!(pods["count"].as_u64().is_some(), "{status}");
     assert_eq!(status["rotationPhase"], "Stable");
     assert!(
         status["configurations"]
@@ -405,9 +419,43 @@ spec:
     let text = run_status(&[], &cp.kubeconfig);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains("caBundle in sync") && text.contains("failurePolicy Fail"),
+        text.contains(": healthy")
+            && text.contains("caBundle in sync")
+            && text.contains("failurePolicy Fail"),
         "{text}"
     );
+    eprintln!("`koord-webhook status`, healthy:\n{text}");
+    // Unhealthy (a namespace koord-webhook does not run in): exit 1 and the problems named, also
+    // after --wait gives up.
+    let out = run_status(&["--namespace", "nowhere", "-o", "json"], &cp.kubeconfig);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["healthy"], false);
+    let problems = status["problems"].to_string();
+    assert!(
+        problems.contains("no leader") && problems.contains("holds no usable certificate"),
+        "{problems}"
+    );
+    let out = run_status(&["--namespace", "nowhere"], &cp.kubeconfig);
+    eprintln!(
+        "`koord-webhook status --namespace nowhere`, unhealthy:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run_status(
+        &["--namespace", "nowhere", "--wait", "--timeout", "3s"],
+        &cp.kubeconfig,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("UNHEALTHY"));
+    // A certificate threshold beyond the CA's life makes the same cluster unhealthy.
+    let out = run_status(&["--expiry-threshold", "87600h"], &cp.kubeconfig);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("expires within"));
     // Unreachable cluster: one line, non-zero exit.
     let dead = cluster.dir.path().join("dead.kubeconfig");
     let cfg = std::fs::read_to_string(&cp.kubeconfig).unwrap();
@@ -422,10 +470,29 @@ spec:
     )
     .unwrap();
     let out = run_status(&[], &dead);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("cannot reach the cluster"), "{stderr}");
+    // --kubeconfig wins over $KUBECONFIG; an unknown --context is one line and exit 2.
+    let kubeconfig = cp.kubeconfig.display().to_string();
+    let out = run_status(&["--kubeconfig", &kubeconfig], &dead);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run_status(
+        &["--kubeconfig", &kubeconfig, "--context", "elsewhere"],
+        &dead,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("elsewhere") && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
 
     // SIGTERM with requests in flight: the replica keeps serving through its drain delay, answers
     // what it has, releases the Lease and exits 0.

@@ -235,3 +235,80 @@ fn serve_refuses_a_bad_flag_with_one_line() {
         "{stderr}"
     );
 }
+
+/// A pod as a user has it in a file, in YAML.
+const RESERVE_POD_YAML: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web-1
+  namespace: team-a
+  annotations:
+    scheduling.koordinator.sh/reserve-pod: \"true\"
+spec:
+  containers:
+  - name: web
+    image: nginx
+";
+
+/// `review --object FILE` on /validate-pod, with `extra` flags.
+fn review_object(file: &std::path::Path, extra: &[&str]) -> Output {
+    let (state, file) = (state(), file.display().to_string());
+    let mut args = vec![
+        "--state",
+        &state,
+        "--path",
+        "/validate-pod",
+        "--object",
+        &file,
+    ];
+    args.extend_from_slice(extra);
+    review(&args, None)
+}
+
+#[test]
+fn an_object_file_gets_its_review_built_and_exit_code_reports_the_denial() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod.yaml");
+    std::fs::write(&file, RESERVE_POD_YAML).unwrap();
+    // Without --exit-code a denial is still an answer: exit 0, the same message as the full review.
+    let denial = response(&review_object(
+        &file,
+        &["--user", "alice", "--group", "dev"],
+    ));
+    assert_eq!(denial["allowed"], false);
+    assert_eq!(
+        denial["status"]["message"],
+        "annotations.scheduling.koordinator.sh/reserve-pod: Forbidden: cannot set in annotations"
+    );
+    let denied = review_object(&file, &["--exit-code"]);
+    assert_eq!(denied.status.code(), Some(1), "a denial with --exit-code");
+    let answer: Value = serde_json::from_slice(&denied.stdout).unwrap();
+    assert_eq!(answer["response"]["allowed"], false);
+
+    // The same pod without the annotation is allowed: exit 0 even with --exit-code.
+    let plain = dir.path().join("plain.json");
+    std::fs::write(
+        &plain,
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-2", "namespace": "team-a"},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        response(&review_object(&plain, &["--exit-code"]))["allowed"],
+        true
+    );
+
+    // An object without kind, and --request with --object, are unusable input: exit 2, one line.
+    std::fs::write(&plain, "metadata: {name: x}\n").unwrap();
+    let kindless = review_object(&plain, &[]);
+    assert_eq!(kindless.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&kindless.stderr);
+    assert!(
+        stderr.contains("apiVersion and kind") && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+    assert_eq!(
+        review_object(&file, &["--request", "-"]).status.code(),
+        Some(2)
+    );
+}

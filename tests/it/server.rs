@@ -273,6 +273,51 @@ async fn health_readiness_metrics_and_debug() {
         text.contains("koord_webhook_admission_plugin_duration_seconds_bucket"),
         "{text}"
     );
+    // Prometheus conventions: build info, the standard process metrics (unprefixed), counters in
+    // _total, and every family announced with HELP and TYPE.
+    assert!(
+        text.contains(&format!(
+            r#"koord_webhook_build_info{{version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+        "process_open_fds",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "{name} missing: {text}"
+        );
+    }
+    let mut counters = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let mut words = line.split_whitespace().skip(2);
+        let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+        assert!(
+            name.starts_with("koord_webhook_") || name.starts_with("process_"),
+            "{line}"
+        );
+        assert!(
+            !name.ends_with("_not_after_seconds"),
+            "a point in time is _timestamp_seconds: {line}"
+        );
+        if kind == "counter" {
+            counters.push(name);
+        }
+    }
+    for sample in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = sample.split(['{', ' ']).next().unwrap();
+        if counters.contains(&name.trim_end_matches("_total")) {
+            assert!(
+                name.ends_with("_total"),
+                "a counter sample without _total: {sample}"
+            );
+        }
+    }
 
     let (status, body) = ops.get("/debug/elastic-quota").await;
     assert_eq!(status, StatusCode::OK);

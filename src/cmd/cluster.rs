@@ -1,0 +1,32 @@
+//! The client of the commands that read a cluster (`status`, `uninstall`), chosen as kubectl
+//! chooses it: `--kubeconfig` and `--context` when given, else $KUBECONFIG, ~/.kube/config or the
+//! in-cluster service account.
+
+use anyhow::Context;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::cli::ClusterFlags;
+
+pub async fn client(flags: &ClusterFlags) -> anyhow::Result<Client> {
+    let options = KubeConfigOptions {
+        context: flags.context.clone(),
+        ..Default::default()
+    };
+    let config = match (&flags.kubeconfig, &flags.context) {
+        (Some(path), _) => {
+            let file = Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(|| format!("cannot use the kubeconfig {}", path.display()))?
+        }
+        (None, Some(context)) => Config::from_kubeconfig(&options)
+            .await
+            .with_context(|| format!("cannot use the kubeconfig context {context}"))?,
+        (None, None) => Config::infer()
+            .await
+            .context("cannot configure a Kubernetes client (KUBECONFIG or in-cluster)")?,
+    };
+    Client::try_from(config).context("cannot build a Kubernetes client")
+}
