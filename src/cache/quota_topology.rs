@@ -75,8 +75,10 @@ pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Eq)]
 pub struct QuotaTopology {
+    /// Counts the changes, so a copy can tell whether it still matches (not part of equality).
+    generation: u64,
     infos: BTreeMap<String, QuotaInfo>,
     children: BTreeMap<String, BTreeSet<String>>,
     /// Namespace -> quotas binding it; the first in name order wins.
@@ -130,9 +132,19 @@ impl PartialEq for ChildSums {
 
 impl Eq for ChildSums {}
 
+impl PartialEq for QuotaTopology {
+    fn eq(&self, other: &Self) -> bool {
+        self.infos == other.infos
+            && self.children == other.children
+            && self.namespaces == other.namespaces
+            && self.sums == other.sums
+    }
+}
+
 impl Default for QuotaTopology {
     fn default() -> Self {
         Self {
+            generation: 0,
             infos: BTreeMap::new(),
             children: BTreeMap::from([(ROOT_QUOTA.to_owned(), BTreeSet::new())]),
             namespaces: BTreeMap::new(),
@@ -153,12 +165,26 @@ impl QuotaTopology {
     /// Inserts a quota as the cluster has it (the watch), or replaces it and moves it under its
     /// (possibly new) parent.
     pub fn upsert(&mut self, info: QuotaInfo) {
+        self.generation += 1;
         self.apply(info);
     }
 
     /// Removes a quota the cluster no longer has (the watch).
     pub fn remove(&mut self, name: &str) -> Option<QuotaInfo> {
+        self.generation += 1;
         self.unlink(name)
+    }
+
+    /// Replaces the contents with `quotas` (a relist), counting on from the current generation.
+    pub fn reset<'a>(&mut self, quotas: impl IntoIterator<Item = &'a ElasticQuota>) {
+        let generation = self.generation;
+        *self = Self::from_quotas(quotas);
+        self.generation += generation + 1;
+    }
+
+    /// Changes so far: equal generations of one topology and its copy mean equal contents.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn apply(&mut self, info: QuotaInfo) {

@@ -15,7 +15,7 @@ use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{CacheWriter, QuotaInfo, QuotaTopology, SharedTopology, write_topology};
+use super::{CacheWriter, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::KindLabels;
 use crate::names::NAMESPACE;
@@ -73,7 +73,7 @@ fn follow_topology(topology: SharedTopology) -> impl FnMut(&Event<ElasticQuota>)
         Event::Init => relisted.clear(),
         Event::InitApply(q) => relisted.push(q.clone()),
         Event::InitDone => {
-            *write_topology(&topology) = QuotaTopology::from_quotas(relisted.iter());
+            write_topology(&topology).reset(relisted.iter());
             relisted.clear();
         }
     }

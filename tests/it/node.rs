@@ -584,6 +584,36 @@ async fn installed_from_the_manifests_on_a_real_node() {
         assert_eq!(service.name, "koordinator-webhook-service");
         assert!(entry.client_config.url.is_none());
     }
+    // `status` as a script after an install uses it: healthy, with both replicas behind the Service.
+    let out = node
+        .exec(
+            &[
+                env!("CARGO_BIN_EXE_koord-webhook"),
+                "status",
+                "--wait",
+                "--timeout",
+                "60s",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .await;
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{status} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(status["readyEndpoints"], 2, "{status}");
+    let text = node
+        .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "status"], None)
+        .await;
+    eprintln!(
+        "`koord-webhook status` on the node:\n{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
 
     // --- Admission through the API server, the Service and a Pod of the image.
     let profile = fixture("colocation/spark.yaml");
@@ -737,6 +767,20 @@ async fn installed_from_the_manifests_on_a_real_node() {
     let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     assert!(m.get_opt(MUTATING).await.unwrap().is_none());
     assert!(v.get_opt(VALIDATING).await.unwrap().is_none());
+    let status = node
+        .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "status"], None)
+        .await;
+    let text = String::from_utf8_lossy(&status.stdout);
+    eprintln!("`koord-webhook status` after uninstall:\n{text}");
+    assert_eq!(
+        status.status.code(),
+        Some(1),
+        "unhealthy after uninstall: {text}"
+    );
+    assert!(
+        text.contains("no leader") && text.contains("does not exist"),
+        "{text}"
+    );
     assert!(replicas(&client).await.is_empty());
     // No replica came back to recreate them.
     tokio::time::sleep(Duration::from_secs(3)).await;

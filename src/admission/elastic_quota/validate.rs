@@ -90,7 +90,7 @@ impl QuotaTreeRules {
                 "an admitted ElasticQuota change was never seen in the cluster; undone"
             );
         }
-        let accepted = check_in(ctx, &overlay.view(&topology))?;
+        let accepted = check_in(ctx, overlay.view(&topology))?;
         if !dry_run {
             match accepted {
                 Accepted::Upsert(info) => overlay.record(&topology, info.name.clone(), Some(info)),
