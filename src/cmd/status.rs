@@ -346,10 +346,10 @@ pub fn render_text(status: &Status) -> String {
             let _ = writeln!(out, "  {} (failurePolicy {})", e.name, e.failure_policy);
         }
     }
-    let _ = writeln!(out, "objects:");
     if let Some(ready) = status.ready_endpoints {
         let _ = writeln!(out, "ready endpoints:   {ready}");
     }
+    let _ = writeln!(out, "objects:");
     for o in &status.objects {
         let _ = writeln!(out, "  {}: {}", o.kind, o.count);
     }
