@@ -62,6 +62,40 @@ pub enum Command {
     Uninstall(UninstallArgs),
 }
 
+/// How the API server calls each webhook entry: the settings of the webhook configurations that
+/// `manifests` renders and `serve` creates when one is missing. The operator never rewrites them in
+/// an existing configuration (it owns only the caBundle), so a hand edit stays.
+#[derive(Args, Debug, Clone)]
+pub struct EntryFlags {
+    /// `ENTRY=Fail|Ignore` for an entry (e.g. `vpod.koordinator.sh=Ignore`) or `all=Ignore`;
+    /// repeatable, the last one naming an entry wins. Default: the table's (Fail but for nodes).
+    #[arg(long = "failure-policy", env = "KOORD_WEBHOOK_FAILURE_POLICY", value_delimiter = ',',
+          value_parser = crate::install::webhook_configurations::parse_failure_policy)]
+    pub failure_policies: Vec<(String, crate::admission::webhooks::FailurePolicy)>,
+    /// Seconds the API server waits for an answer (1-30).
+    #[arg(long, env = "KOORD_WEBHOOK_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub webhook_timeout_seconds: i32,
+    /// A namespace the pod entries skip besides kube-system and koord-webhook's own; repeatable.
+    #[arg(
+        long = "exclude-namespace",
+        env = "KOORD_WEBHOOK_EXCLUDE_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub excluded_namespaces: Vec<String>,
+}
+
+impl Default for EntryFlags {
+    fn default() -> Self {
+        Self {
+            failure_policies: Vec::new(),
+            webhook_timeout_seconds:
+                crate::install::webhook_configurations::DEFAULT_TIMEOUT_SECONDS,
+            excluded_namespaces: Vec::new(),
+        }
+    }
+}
+
 /// Which cluster and namespace a command reads, as kubectl chooses them.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterFlags {
@@ -139,6 +173,8 @@ pub struct ManifestArgs {
     /// Feature gates: decide which webhook entries exist and are passed to the Deployment.
     #[arg(long, default_value = "")]
     pub feature_gates: String,
+    #[command(flatten)]
+    pub entries: EntryFlags,
     /// Print only the two webhook configurations.
     #[arg(long)]
     pub webhook_configurations_only: bool,
@@ -276,6 +312,8 @@ pub struct OperatorFlags {
     /// configurations and a SAN of the serving certificate. Without it, the in-cluster Service.
     #[arg(long, env = "KOORD_WEBHOOK_WEBHOOK_HOST")]
     pub webhook_host: Option<String>,
+    #[command(flatten)]
+    pub entries: EntryFlags,
     /// Elect one writer among the replicas through a Lease; false makes this process the leader.
     #[arg(long, env = "KOORD_WEBHOOK_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

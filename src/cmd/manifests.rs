@@ -8,7 +8,7 @@ use crate::install::{self, InstallOptions, WebhookTarget};
 
 pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
-    let target = WebhookTarget::from_flags(args.webhook_host.as_deref(), args.port);
+    let target = WebhookTarget::from_flags(args.webhook_host.as_deref(), args.port, &args.entries);
     let ca_bundle = match &args.ca_bundle_file {
         Some(path) => Some(
             std::fs::read(path).with_context(|| format!("--ca-bundle-file {}", path.display()))?,

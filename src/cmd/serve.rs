@@ -58,7 +58,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
         },
         desired: Desired {
             gates,
-            target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port),
+            target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port, &flags.entries),
         },
         child_request_quiet: flags.child_request_recount_quiet,
         verify_host,

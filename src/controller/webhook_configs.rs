@@ -386,7 +386,7 @@ mod tests {
         fn desired() -> Desired {
             Desired {
                 gates: FeatureGates::default(),
-                target: WebhookTarget::from_flags(None, 9443),
+                target: WebhookTarget::from_flags(None, 9443, &crate::cli::EntryFlags::default()),
             }
         }
 

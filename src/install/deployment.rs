@@ -81,6 +81,7 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
     if !overrides.is_empty() {
         args.push(format!("--feature-gates={overrides}"));
     }
+    args.extend(options.target.entry_args());
     let container = Container {
         name: APP_NAME.to_owned(),
         image: Some(options.image.clone()),

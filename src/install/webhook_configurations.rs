@@ -9,7 +9,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 
-use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookKind, WebhookSpec};
+use crate::admission::webhooks::{EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind, WebhookSpec};
+use crate::cli::EntryFlags;
 use crate::features::FeatureGates;
 use crate::names::{
     MUTATING_CONFIGURATION, NAMESPACE, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels,
@@ -30,6 +31,10 @@ pub enum ClientConfigMode {
 pub struct WebhookTarget {
     pub mode: ClientConfigMode,
     pub timeout_seconds: i32,
+    /// failurePolicy per entry name, where it differs from the table's (`--failure-policy`).
+    pub failure_policies: Vec<(String, FailurePolicy)>,
+    /// Namespaces the pod entries skip besides kube-system and the operator's own.
+    pub excluded_namespaces: Vec<String>,
 }
 
 impl Default for WebhookTarget {
@@ -37,13 +42,36 @@ impl Default for WebhookTarget {
         Self {
             mode: ClientConfigMode::Service,
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            failure_policies: Vec::new(),
+            excluded_namespaces: Vec::new(),
         }
     }
 }
 
+/// `ENTRY=Fail|Ignore` (`--failure-policy`), `ENTRY` an entry name of the table or `all`.
+pub fn parse_failure_policy(text: &str) -> Result<(String, FailurePolicy), String> {
+    let (entry, policy) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected ENTRY=Fail or ENTRY=Ignore"))?;
+    let policy = match policy {
+        "Fail" => FailurePolicy::Fail,
+        "Ignore" => FailurePolicy::Ignore,
+        other => return Err(format!("{other:?}: the failurePolicy is Fail or Ignore")),
+    };
+    let known = WEBHOOKS.iter().flat_map(|w| w.entries).map(|e| e.name);
+    if entry != "all" && !known.clone().any(|name| name == entry) {
+        let names: Vec<&str> = known.collect();
+        return Err(format!(
+            "{entry:?} is no webhook entry; one of: all, {}",
+            names.join(", ")
+        ));
+    }
+    Ok((entry.to_owned(), policy))
+}
+
 impl WebhookTarget {
-    /// `--webhook-host` given: URL mode; otherwise the Service.
-    pub fn from_flags(webhook_host: Option<&str>, port: u16) -> Self {
+    /// `--webhook-host` given: URL mode; otherwise the Service. The entries' settings from `entries`.
+    pub fn from_flags(webhook_host: Option<&str>, port: u16, entries: &EntryFlags) -> Self {
         Self {
             mode: match webhook_host {
                 Some(host) => ClientConfigMode::Url {
@@ -52,8 +80,55 @@ impl WebhookTarget {
                 },
                 None => ClientConfigMode::Service,
             },
-            ..Self::default()
+            timeout_seconds: entries.webhook_timeout_seconds,
+            failure_policies: entries.failure_policies.clone(),
+            excluded_namespaces: entries.excluded_namespaces.clone(),
         }
+    }
+
+    /// The `serve` flags that give the operator these entry settings (for the Deployment).
+    pub fn entry_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if self.timeout_seconds != DEFAULT_TIMEOUT_SECONDS {
+            args.push(format!(
+                "--webhook-timeout-seconds={}",
+                self.timeout_seconds
+            ));
+        }
+        for (entry, policy) in &self.failure_policies {
+            args.push(format!("--failure-policy={entry}={}", policy.as_str()));
+        }
+        for namespace in &self.excluded_namespaces {
+            args.push(format!("--exclude-namespace={namespace}"));
+        }
+        args
+    }
+
+    /// The entry's failurePolicy: the last `--failure-policy` naming it (or `all`), else the table's.
+    fn failure_policy(&self, webhook: &WebhookSpec, entry: &EntrySpec) -> String {
+        self.failure_policies
+            .iter()
+            .rev()
+            .find(|(name, _)| name == entry.name || name == "all")
+            .map_or(webhook.failure_policy, |(_, policy)| *policy)
+            .as_str()
+            .to_owned()
+    }
+
+    fn namespace_selector(&self, entry: &EntrySpec) -> Option<LabelSelector> {
+        // The immutable name label, so nobody can opt a namespace out by relabelling it.
+        entry.exclude_system_namespaces.then(|| {
+            let mut names = vec![NAMESPACE.to_owned(), "kube-system".to_owned()];
+            names.extend(self.excluded_namespaces.iter().cloned());
+            LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".to_owned(),
+                    operator: "NotIn".to_owned(),
+                    values: Some(names),
+                }]),
+                match_labels: None,
+            }
+        })
     }
 
     fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
@@ -97,18 +172,6 @@ fn rules(entry: &EntrySpec) -> Vec<RuleWithOperations> {
     }]
 }
 
-fn namespace_selector(entry: &EntrySpec) -> Option<LabelSelector> {
-    // The immutable name label, so nobody can opt a namespace out by relabelling it.
-    entry.exclude_system_namespaces.then(|| LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: "kubernetes.io/metadata.name".to_owned(),
-            operator: "NotIn".to_owned(),
-            values: Some(vec![NAMESPACE.to_owned(), "kube-system".to_owned()]),
-        }]),
-        match_labels: None,
-    })
-}
-
 fn object_selector(entry: &EntrySpec) -> Option<LabelSelector> {
     entry.object_selector.map(|(key, value)| LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
@@ -149,8 +212,8 @@ pub fn mutating(
             name: e.name.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: target.client_config(w.path, ca_bundle),
-            failure_policy: Some(w.failure_policy.as_str().to_owned()),
-            namespace_selector: namespace_selector(e),
+            failure_policy: Some(target.failure_policy(w, e)),
+            namespace_selector: target.namespace_selector(e),
             object_selector: object_selector(e),
             rules: Some(rules(e)),
             side_effects: e.side_effects.to_owned(),
@@ -177,8 +240,8 @@ pub fn validating(
             name: e.name.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: target.client_config(w.path, ca_bundle),
-            failure_policy: Some(w.failure_policy.as_str().to_owned()),
-            namespace_selector: namespace_selector(e),
+            failure_policy: Some(target.failure_policy(w, e)),
+            namespace_selector: target.namespace_selector(e),
             object_selector: object_selector(e),
             rules: Some(rules(e)),
             side_effects: e.side_effects.to_owned(),
@@ -241,7 +304,7 @@ mod tests {
 
     #[test]
     fn url_mode_and_ca_bundle() {
-        let target = WebhookTarget::from_flags(Some("::1"), 9443);
+        let target = WebhookTarget::from_flags(Some("::1"), 9443, &EntryFlags::default());
         let v = validating(&FeatureGates::default(), &target, Some(b"PEM"));
         let node = v
             .webhooks
@@ -255,5 +318,43 @@ mod tests {
         );
         assert_eq!(node.client_config.ca_bundle.unwrap().0, b"PEM");
         assert_eq!(node.failure_policy.as_deref(), Some("Ignore"));
+    }
+
+    #[test]
+    fn failure_policy_timeout_and_excluded_namespaces_are_settings() {
+        let target = WebhookTarget {
+            timeout_seconds: 5,
+            failure_policies: vec![
+                parse_failure_policy("all=Ignore").unwrap(),
+                parse_failure_policy("vpod.koordinator.sh=Fail").unwrap(),
+            ],
+            excluded_namespaces: vec!["batch-jobs".to_owned()],
+            ..WebhookTarget::default()
+        };
+        let gates = FeatureGates::default();
+        let v = validating(&gates, &target, None);
+        for w in v.webhooks.unwrap() {
+            let want = if w.name == "vpod.koordinator.sh" {
+                "Fail"
+            } else {
+                "Ignore"
+            };
+            assert_eq!(w.failure_policy.as_deref(), Some(want), "{}", w.name);
+            assert_eq!(w.timeout_seconds, Some(5));
+            if w.name == "vpod.koordinator.sh" {
+                let excluded = &w.namespace_selector.unwrap().match_expressions.unwrap()[0];
+                assert_eq!(
+                    excluded.values.as_deref().unwrap(),
+                    [NAMESPACE, "kube-system", "batch-jobs"]
+                );
+            }
+        }
+        let err = parse_failure_policy("vpods=Ignore").unwrap_err();
+        assert!(
+            err.contains("one of: all, mpod-create.koordinator.sh"),
+            "{err}"
+        );
+        assert!(parse_failure_policy("vpod.koordinator.sh=Maybe").is_err());
+        assert!(parse_failure_policy("vpod.koordinator.sh").is_err());
     }
 }

@@ -125,7 +125,11 @@ async fn the_api_server_calls_the_webhook_over_tls() {
         .unwrap()
         .cert_pem
         .clone();
-    let target = WebhookTarget::from_flags(Some("127.0.0.1"), server.addr.port());
+    let target = WebhookTarget::from_flags(
+        Some("127.0.0.1"),
+        server.addr.port(),
+        &koord_webhook::cli::EntryFlags::default(),
+    );
     let configs =
         render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();
     cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&configs));
