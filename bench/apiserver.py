@@ -49,8 +49,8 @@ def pod_body():
 
 
 class Cluster:
-    def __init__(self, log, directory):
-        self.log, self.d = log, directory
+    def __init__(self, directory):
+        self.d = directory
         pki = os.path.join(directory, "pki")
         self.tls = ["--cacert", f"{pki}/ca.crt", "--cert", f"{pki}/admin.crt", "--key", f"{pki}/admin.key"]
 
@@ -268,7 +268,7 @@ def run(log, record, oha, koord, duration):
         raise SystemExit("the apiserver phase needs root (it starts a one-node cluster)")
     peer = peer_image()
     with tempfile.TemporaryDirectory(prefix="koord-bench-cluster-", dir=OUT) as d:
-        cluster = Cluster(log, d)
+        cluster = Cluster(d)
         log("apiserver: starting a one-node cluster")
         cluster.up()
         try:

@@ -11,9 +11,9 @@ mod extended_resource_spec;
 mod forbidden_reserve_pod;
 mod multi_quota_tree;
 pub mod object;
-pub mod priority;
+mod priority;
 pub mod quota;
-pub mod requests;
+mod requests;
 mod reservation_affinity;
 
 use super::chain::{Mutator, Validator};
