@@ -55,6 +55,9 @@ pub enum Command {
     Crds,
     /// Print the install manifests (one file for `kubectl apply -f`).
     Manifests(ManifestArgs),
+    /// Write the data files of the Helm chart (`charts/koord-webhook/files`) into DIR.
+    #[command(hide = true)]
+    ChartFiles { dir: PathBuf },
     /// Summarise koord-webhook in the cluster: leader, certificates, caBundles, entries, Events.
     Status(StatusArgs),
     /// Remove koord-webhook from the cluster: replicas first, then the webhook configurations,
@@ -63,8 +66,8 @@ pub enum Command {
 }
 
 /// How the API server calls each webhook entry: the settings of the webhook configurations that
-/// `manifests` renders and `serve` creates when one is missing. The operator never rewrites them in
-/// an existing configuration (it owns only the caBundle), so a hand edit stays.
+/// `manifests` renders and `serve` keeps. The operator owns these fields (and the caBundle): a hand
+/// edit is put back and recorded as an Event, so change them here (or in the chart's values).
 #[derive(Args, Debug, Clone)]
 pub struct EntryFlags {
     /// `ENTRY=Fail|Ignore` for an entry (e.g. `vpod.koordinator.sh=Ignore`) or `all=Ignore`;
@@ -83,6 +86,15 @@ pub struct EntryFlags {
         value_delimiter = ','
     )]
     pub excluded_namespaces: Vec<String>,
+    /// A namespace label (`KEY` or `KEY=VALUE`) that exempts the namespaces carrying it from the pod
+    /// entries; repeatable.
+    #[arg(
+        long = "exclude-namespace-label",
+        env = "KOORD_WEBHOOK_EXCLUDE_NAMESPACE_LABELS",
+        value_delimiter = ',',
+        value_parser = crate::install::webhook_configurations::parse_namespace_label
+    )]
+    pub excluded_namespace_labels: Vec<crate::install::webhook_configurations::NamespaceLabel>,
 }
 
 impl Default for EntryFlags {
@@ -92,6 +104,7 @@ impl Default for EntryFlags {
             webhook_timeout_seconds:
                 crate::install::webhook_configurations::DEFAULT_TIMEOUT_SECONDS,
             excluded_namespaces: Vec::new(),
+            excluded_namespace_labels: Vec::new(),
         }
     }
 }
@@ -106,7 +119,7 @@ pub struct ClusterFlags {
     #[arg(long)]
     pub context: Option<String>,
     /// The namespace koord-webhook runs in.
-    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", default_value = crate::names::NAMESPACE)]
+    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
     pub namespace: String,
 }
 
@@ -175,6 +188,9 @@ pub struct ManifestArgs {
     pub feature_gates: String,
     #[command(flatten)]
     pub entries: EntryFlags,
+    /// The namespace koord-webhook is installed in (its replicas, Service, Secrets and Lease).
+    #[arg(long, short, default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
+    pub namespace: String,
     /// Print only the two webhook configurations.
     #[arg(long)]
     pub webhook_configurations_only: bool,
@@ -185,6 +201,10 @@ pub struct ManifestArgs {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// The namespace of koord-webhook's own objects (Service, Secrets, Lease, ledger): its Pod's,
+    /// from the downward API.
+    #[arg(long, env = "POD_NAMESPACE", default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
+    pub namespace: String,
     /// HTTPS port.
     #[arg(long, env = "KOORD_WEBHOOK_PORT", default_value_t = 9443)]
     pub port: u16,
@@ -373,9 +393,9 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
 /// Flags of the admission rules, shared by `serve` and `review`.
 #[derive(Args, Debug)]
 pub struct RuleFlags {
-    /// Namespace of the slo-controller ConfigMap.
-    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE", default_value = crate::names::NAMESPACE)]
-    pub config_namespace: String,
+    /// Namespace of the slo-controller ConfigMap (default: koord-webhook's own, as Koordinator's).
+    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE")]
+    pub config_namespace: Option<String>,
     /// Name of the slo-controller ConfigMap.
     #[arg(long, env = "KOORD_WEBHOOK_SLO_CONFIG_NAME", default_value = DEFAULT_SLO_CONFIG_NAME)]
     pub slo_config_name: String,
@@ -385,9 +405,10 @@ pub struct RuleFlags {
     /// Largest resource amplification ratio a node may carry (at least 1).
     #[arg(long, env = "KOORD_WEBHOOK_MAX_AMPLIFICATION_RATIO", default_value_t = DEFAULT_MAX_AMPLIFICATION_RATIO, value_parser = parse_max_ratio)]
     pub max_amplification_ratio: f64,
-    /// Namespace of the ConfigMap of required-label rules (EnablePodEnhancedValidator).
-    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE", default_value = crate::names::NAMESPACE)]
-    pub pod_enhanced_validator_config_namespace: String,
+    /// Namespace of the ConfigMap of required-label rules (EnablePodEnhancedValidator; default:
+    /// koord-webhook's own).
+    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE")]
+    pub pod_enhanced_validator_config_namespace: Option<String>,
     /// Name of that ConfigMap.
     #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]
     pub pod_enhanced_validator_config_name: String,
@@ -396,12 +417,17 @@ pub struct RuleFlags {
 impl RuleFlags {
     pub fn settings(&self) -> Settings {
         Settings {
-            config_namespace: self.config_namespace.clone(),
+            config_namespace: self
+                .config_namespace
+                .clone()
+                .unwrap_or_else(|| crate::names::namespace().to_owned()),
             slo_config_name: self.slo_config_name.clone(),
             node_strategy_name_need_check: self.node_strategy_name_need_check,
             max_amplification_ratio: self.max_amplification_ratio,
             enhanced_validator_config: (
-                self.pod_enhanced_validator_config_namespace.clone(),
+                self.pod_enhanced_validator_config_namespace
+                    .clone()
+                    .unwrap_or_else(|| crate::names::namespace().to_owned()),
                 self.pod_enhanced_validator_config_name.clone(),
             ),
         }

@@ -11,7 +11,7 @@ pub(crate) mod duration;
 pub mod features;
 pub mod install;
 pub mod metrics;
-pub(crate) mod names;
+pub mod names;
 mod process_metrics;
 pub mod resources;
 pub(crate) mod selectors;

@@ -19,6 +19,18 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Status(_)) {
         telemetry::init(cli.log_format);
     }
+    let own_namespace = match &cli.command {
+        Command::Serve(args) => Some(&args.namespace),
+        Command::Manifests(args) => Some(&args.namespace),
+        Command::Status(args) => Some(&args.cluster.namespace),
+        Command::Uninstall(args) => Some(&args.cluster.namespace),
+        Command::Review(_) | Command::Crds | Command::ChartFiles { .. } => None,
+    };
+    if let Some(namespace) = own_namespace
+        && let Err(e) = koord_webhook::names::set_namespace(namespace)
+    {
+        return fail(e);
+    }
     match cli.command {
         Command::Serve(args) => {
             let runtime = match tokio::runtime::Runtime::new() {
@@ -46,6 +58,10 @@ fn main() -> ExitCode {
                 eprintln!("koord-webhook review: {e}");
                 ExitCode::from(2)
             }
+        },
+        Command::ChartFiles { dir } => match koord_webhook::install::chart_files::write(&dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(format!("{e:#}")),
         },
         Command::Crds => match cmd::crds::render() {
             Ok(yaml) => {

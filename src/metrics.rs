@@ -65,3 +65,43 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every koord-webhook metric the chart's alert rules and the example dashboard query is one
+    /// this binary exposes (a rename would otherwise silence an alert).
+    #[test]
+    fn the_alerts_and_the_dashboard_query_metrics_that_exist() {
+        let exposition = super::Metrics::new().encode();
+        let root = env!("CARGO_MANIFEST_DIR");
+        for file in [
+            "charts/koord-webhook/templates/prometheusrule.yaml",
+            "docs/grafana-dashboard.json",
+        ] {
+            let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+            let mut names: Vec<&str> = text
+                .match_indices("koord_webhook_")
+                .map(|(at, _)| {
+                    let rest = &text[at..];
+                    let end = rest
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(rest.len());
+                    &rest[..end]
+                })
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            assert!(names.len() >= 5, "{file} queries {names:?}");
+            for name in names {
+                let family = ["_total", "_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(name);
+                assert!(
+                    exposition.contains(&format!("# TYPE {family} ")),
+                    "{file} queries {name}, which is not exposed"
+                );
+            }
+        }
+    }
+}

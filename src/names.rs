@@ -3,9 +3,48 @@
 //! changes in one place (and Koordinator's own names stay, for a drop-in migration).
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-/// Where the replicas, their Secrets, Lease and ConfigMaps live.
-pub const NAMESPACE: &str = "koordinator-system";
+/// Where the replicas, their Secrets, Lease and ConfigMaps live unless told otherwise (Koordinator's).
+pub const DEFAULT_NAMESPACE: &str = "koordinator-system";
+
+static NAMESPACE: OnceLock<String> = OnceLock::new();
+
+/// The namespace of koord-webhook's own objects: set once at start (`serve` from its Pod's
+/// namespace, `manifests`/`status`/`uninstall` from `--namespace`), else [`DEFAULT_NAMESPACE`]. One
+/// value per process rather than a parameter threaded through every writer: everything the process
+/// names lives there and it cannot change while the process runs.
+pub fn namespace() -> &'static str {
+    NAMESPACE.get().map_or(DEFAULT_NAMESPACE, String::as_str)
+}
+
+/// Sets [`namespace`]; the first call wins (a second one with another value is a bug, reported).
+pub fn set_namespace(namespace: &str) -> Result<(), String> {
+    let set = NAMESPACE.get_or_init(|| namespace.to_owned());
+    if set == namespace {
+        Ok(())
+    } else {
+        Err(format!("namespace already set to {set}, not {namespace}"))
+    }
+}
+
+/// A namespace name as the API server accepts it (an RFC 1123 label).
+pub fn parse_namespace(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text.len() <= 63
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a namespace name (lower-case letters, digits and '-', at most 63)"
+        ))
+    }
+}
 pub const APP_NAME: &str = "koord-webhook";
 /// The Service the webhook configurations point at (Koordinator's name).
 pub const SERVICE_NAME: &str = "koordinator-webhook-service";

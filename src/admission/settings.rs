@@ -1,6 +1,6 @@
 //! Settings of the admission rules that come from flags rather than from the cluster.
 
-use crate::names::NAMESPACE;
+use crate::names::namespace;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -23,12 +23,12 @@ pub const DEFAULT_ENHANCED_VALIDATOR_CONFIG: &str = "pod-enhanced-validator-conf
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            config_namespace: NAMESPACE.to_owned(),
+            config_namespace: namespace().to_owned(),
             slo_config_name: DEFAULT_SLO_CONFIG_NAME.to_owned(),
             node_strategy_name_need_check: false,
             max_amplification_ratio: DEFAULT_MAX_AMPLIFICATION_RATIO,
             enhanced_validator_config: (
-                NAMESPACE.to_owned(),
+                namespace().to_owned(),
                 DEFAULT_ENHANCED_VALIDATOR_CONFIG.to_owned(),
             ),
         }

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use super::{CacheWriter, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::KindLabels;
-use crate::names::NAMESPACE;
+use crate::names::namespace;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 
 /// Feeds one watch into `apply` until the stream ends (never, in practice), counting broken
@@ -134,7 +134,7 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
         ),
         drive(
             "configmap",
-            watch(Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)),
+            watch(Api::<ConfigMap>::namespaced(client.clone(), namespace())),
             into(config_maps),
             m()
         ),

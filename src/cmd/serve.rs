@@ -20,7 +20,7 @@ use crate::controller::webhook_configs::Desired;
 use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
-use crate::names::{NAMESPACE, SERVICE_NAME};
+use crate::names::{SERVICE_NAME, namespace};
 use crate::server::{self, Shared};
 use crate::state::State;
 use crate::stores::quota::KubeQuotaStore;
@@ -38,7 +38,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
     let verify_host = flags
         .webhook_host
         .clone()
-        .unwrap_or_else(|| format!("{SERVICE_NAME}.{NAMESPACE}.svc"));
+        .unwrap_or_else(|| format!("{SERVICE_NAME}.{}.svc", namespace()));
     OperatorConfig {
         identity,
         leader_elect: flags.leader_elect,

@@ -16,7 +16,7 @@ use super::webhook_configs::{self, Desired};
 use crate::certs::{CertError, PemPair, authority};
 use crate::metrics::{KindLabels, Metrics};
 use crate::names::FIELD_MANAGER;
-use crate::names::NAMESPACE;
+use crate::names::namespace;
 use crate::names::{SECRET_CA, SECRET_TLS};
 
 #[derive(Debug, thiserror::Error)]
@@ -61,19 +61,29 @@ pub enum Next {
 
 impl Issuer {
     fn secrets(&self) -> Api<Secret> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Api::namespaced(self.client.clone(), namespace())
     }
 
     async fn event(&self, type_: EventType, reason: &str, note: String) {
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
                 name: Some(SECRET_TLS.to_owned()),
-                namespace: Some(NAMESPACE.to_owned()),
+                namespace: Some(namespace().to_owned()),
                 ..Default::default()
             },
             ..Default::default()
         };
-        let reference = secret.object_ref(&());
+        self.event_on(&secret.object_ref(&()), type_, reason, note)
+            .await;
+    }
+
+    async fn event_on(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.to_owned(),
@@ -81,8 +91,63 @@ impl Issuer {
             action: reason.to_owned(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::warn!(error = %e, reason, "could not record an event");
+        }
+    }
+
+    /// One Event per configuration and kind of write, regarding the configuration: the caBundle
+    /// published (Normal), other owned fields put back after a hand edit (Warning, naming each).
+    async fn record_repairs(&self, repairs: &[webhook_configs::Repair]) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        for configuration in [
+            crate::names::MUTATING_CONFIGURATION,
+            crate::names::VALIDATING_CONFIGURATION,
+        ] {
+            let of_this = || repairs.iter().filter(|r| r.configuration == configuration);
+            let bundles: Vec<&str> = of_this()
+                .filter(|r| r.field.starts_with("clientConfig"))
+                .map(|r| r.entry.as_str())
+                .collect();
+            let drift: Vec<String> = of_this()
+                .filter(|r| !r.field.starts_with("clientConfig"))
+                .map(|r| format!("{} {}", r.entry, r.field))
+                .collect();
+            let metadata = kube::api::ObjectMeta {
+                name: Some(configuration.to_owned()),
+                ..Default::default()
+            };
+            let reference = if configuration == crate::names::MUTATING_CONFIGURATION {
+                MutatingWebhookConfiguration {
+                    metadata,
+                    ..Default::default()
+                }
+                .object_ref(&())
+            } else {
+                ValidatingWebhookConfiguration {
+                    metadata,
+                    ..Default::default()
+                }
+                .object_ref(&())
+            };
+            if !bundles.is_empty() {
+                let note = format!("caBundle published on {}", bundles.join(", "));
+                self.event_on(&reference, EventType::Normal, "CABundlePublished", note)
+                    .await;
+            }
+            if !drift.is_empty() {
+                for repair in of_this().filter(|r| !r.field.starts_with("clientConfig")) {
+                    tracing::warn!(entry = %repair.entry, field = repair.field, "{}", repair.note());
+                }
+                let note = format!(
+                    "put back to the configured value (edit the install's settings instead): {}",
+                    drift.join(", ")
+                );
+                self.event_on(&reference, EventType::Warning, "DriftRepaired", note)
+                    .await;
+            }
         }
     }
 
@@ -278,14 +343,15 @@ impl Issuer {
         record_not_after(metrics, &ca.ca, &tls.serving);
         metrics.operator.ca_rotation_phase.set(ca.phase.number());
 
-        if webhook_configs::converge_all(
+        let converged = webhook_configs::converge_all(
             &self.client,
             &self.desired,
             tls.bundle.as_bytes(),
             &self.leadership,
         )
-        .await?
-        {
+        .await?;
+        self.record_repairs(&converged.repairs).await;
+        if converged.wrote {
             metrics
                 .operator
                 .writes

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::names::LEASE;
-use crate::names::NAMESPACE;
+use crate::names::namespace;
 
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseTimings {
@@ -252,7 +252,7 @@ impl Election {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(LEASE.to_owned()),
-                    namespace: Some(NAMESPACE.to_owned()),
+                    namespace: Some(namespace().to_owned()),
                     ..Default::default()
                 },
                 spec: Some(spec.clone()),

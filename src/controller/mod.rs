@@ -27,8 +27,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::certs::authority;
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
-use crate::names::{NAMESPACE, SERVICE_NAME};
 use crate::names::{SECRET_CA, SECRET_TLS};
+use crate::names::{SERVICE_NAME, namespace};
 use crate::state::State;
 use certificates::{CertPolicy, Issuer, Next};
 use leader::{Leadership, LeaseTimings};
@@ -66,10 +66,10 @@ pub struct OperatorConfig {
 pub fn serving_hosts(webhook_host: Option<&str>) -> Vec<String> {
     let svc = SERVICE_NAME;
     let mut hosts = vec![
-        format!("{svc}.{NAMESPACE}.svc"),
+        format!("{svc}.{}.svc", namespace()),
         svc.to_owned(),
-        format!("{svc}.{NAMESPACE}"),
-        format!("{svc}.{NAMESPACE}.svc.cluster.local"),
+        format!("{svc}.{}", namespace()),
+        format!("{svc}.{}.svc.cluster.local", namespace()),
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
     ];
@@ -118,7 +118,7 @@ pub async fn run(
     };
 
     let election = {
-        let api: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+        let api: Api<Lease> = Api::namespaced(client.clone(), namespace());
         let identity = config.identity.clone();
         let mut stop = stop.clone();
         async move {
@@ -164,7 +164,7 @@ pub async fn run(
 
 /// Every replica serves the pair in `webhook-tls`, swapped in memory when the Secret changes.
 async fn watch_serving_pair(client: Client, state: Arc<State>, kick: Arc<Notify>) {
-    let api: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let api: Api<Secret> = Api::namespaced(client, namespace());
     let config = watcher::Config::default().fields(&format!("metadata.name={SECRET_TLS}"));
     let mut events = watcher::watcher(api, config)
         .default_backoff()
@@ -199,7 +199,7 @@ async fn watch_serving_pair(client: Client, state: Arc<State>, kick: Arc<Notify>
 /// Changes to `webhook-ca` (deleted, or overwritten with something unusable) wake the leader at once
 /// rather than at its next timer.
 async fn watch_ca_secret(client: Client, kick: Arc<Notify>) {
-    let api: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let api: Api<Secret> = Api::namespaced(client, namespace());
     let config = watcher::Config::default().fields(&format!("metadata.name={SECRET_CA}"));
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {

@@ -12,7 +12,7 @@ use kube::api::ObjectMeta;
 
 use crate::certs::PemPair;
 use crate::certs::authority;
-use crate::names::{MANAGED_BY, NAMESPACE, SECRET_CA, SECRET_TLS};
+use crate::names::{MANAGED_BY, SECRET_CA, SECRET_TLS, namespace};
 
 pub const PHASE_ANNOTATION: &str = "koord-webhook/ca-rotation-phase";
 pub const PHASE_SINCE_ANNOTATION: &str = "koord-webhook/ca-rotation-phase-since";
@@ -149,7 +149,7 @@ fn secret(
     Secret {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
-            namespace: Some(NAMESPACE.to_owned()),
+            namespace: Some(namespace().to_owned()),
             labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
             annotations: Some(annotations),
             ..Default::default()

@@ -1,17 +1,20 @@
 //! Keeping the two webhook configurations as the gates and flags say, with the CA bundle on every
 //! entry (docs/certificates.md).
 //!
-//! The operator owns only the fields it must: each entry's `clientConfig.caBundle`, and the whole
-//! `clientConfig` when it is told where the API server calls it (`--webhook-host`, URL mode). The rest
-//! of an entry (rules, selectors, failurePolicy, ...) belongs to whoever installed it
-//! (`kubectl apply --server-side -f manifests/install.yaml`), so re-applying the manifests after the
-//! operator has run neither conflicts nor drops the caBundle. Changes are JSON patches (an update by
-//! field manager `koord-webhook`), each guarded by a test of the entry's name; a configuration that
-//! does not exist at all is created whole.
+//! The operator owns the fields it is configured with: each entry's `clientConfig.caBundle`,
+//! `failurePolicy`, `timeoutSeconds` and `namespaceSelector` (the entry flags of `serve`, which the
+//! manifests and the chart pass on), and the whole `clientConfig` when it is told where the API
+//! server calls it (`--webhook-host`, URL mode). A hand edit of one of them is put back and recorded
+//! as an Event naming the entry and the field, so what runs is what the install says. The rest of an
+//! entry (rules, object selectors, ...) belongs to whoever installed it, and re-applying the
+//! manifests (or `helm upgrade`) after the operator has run neither conflicts nor drops the
+//! caBundle. Changes are JSON patches (an update by field manager `koord-webhook`), each guarded by a
+//! test of the entry's name; a configuration that does not exist at all is created whole.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde::{Serialize, de::DeserializeOwned};
@@ -30,6 +33,27 @@ struct EntryView<'a> {
     name: &'a str,
     client_config: &'a WebhookClientConfig,
     failure_policy: Option<&'a str>,
+    timeout_seconds: Option<i32>,
+    namespace_selector: Option<&'a LabelSelector>,
+}
+
+/// One owned field of one entry put back to what the operator is configured with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub configuration: &'static str,
+    pub entry: String,
+    /// The field's JSON name within the entry (`failurePolicy`, `clientConfig.caBundle`, ...).
+    pub field: &'static str,
+}
+
+impl Repair {
+    /// The Event's note.
+    pub fn note(&self) -> String {
+        format!(
+            "{} entry {}: {} put back to the configured value",
+            self.configuration, self.entry, self.field
+        )
+    }
 }
 
 trait Configuration:
@@ -55,6 +79,8 @@ macro_rules! configuration {
                         name: &w.name,
                         client_config: &w.client_config,
                         failure_policy: w.failure_policy.as_deref(),
+                        timeout_seconds: w.timeout_seconds,
+                        namespace_selector: w.namespace_selector.as_ref(),
                     })
                     .collect()
             }
@@ -95,15 +121,30 @@ impl Desired {
     }
 }
 
-/// The JSON patch that brings `current` to `want` in the fields the operator owns; empty when
-/// nothing differs. `entry` renders a wanted entry the configuration lacks.
+/// An absent selector and an empty one select the same (the API server stores `{}` for none).
+fn same_selector(a: Option<&LabelSelector>, b: Option<&LabelSelector>) -> bool {
+    let empty = LabelSelector::default();
+    let norm = |s: Option<&LabelSelector>| {
+        let s = s.unwrap_or(&empty);
+        (
+            s.match_labels.clone().unwrap_or_default(),
+            s.match_expressions.clone().unwrap_or_default(),
+        )
+    };
+    norm(a) == norm(b)
+}
+
+/// The JSON patch that brings `current` to `want` in the fields the operator owns (empty when
+/// nothing differs), and the owned fields of existing entries it puts back. `entry` renders a wanted
+/// entry the configuration lacks.
 fn plan(
     current: &[EntryView<'_>],
     want: &[EntryView<'_>],
     owns_endpoint: bool,
     entry: impl Fn(&str) -> Option<Value>,
-) -> Vec<Value> {
+) -> (Vec<Value>, Vec<(String, &'static str)>) {
     let mut ops = Vec::new();
+    let mut repaired = Vec::new();
     let mut removals = Vec::new();
     for (i, have) in current.iter().enumerate() {
         let test = json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": have.name});
@@ -115,13 +156,44 @@ fn plan(
             ]);
             continue;
         };
-        if owns_endpoint && wanted.client_config != have.client_config {
-            ops.push(test);
-            ops.push(json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig"), "value": wanted.client_config}));
-        } else if wanted.client_config.ca_bundle != have.client_config.ca_bundle {
-            ops.push(test);
+        let mut entry_ops = Vec::new();
+        let mut set = |field: &'static str, path: &str, value: Value| {
             // `add` sets the member whether or not it is there.
-            ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": wanted.client_config.ca_bundle}));
+            entry_ops.push(
+                json!({"op": "add", "path": format!("/webhooks/{i}/{path}"), "value": value}),
+            );
+            repaired.push((have.name.to_owned(), field));
+        };
+        if owns_endpoint && wanted.client_config != have.client_config {
+            set("clientConfig", "clientConfig", json!(wanted.client_config));
+        } else if wanted.client_config.ca_bundle != have.client_config.ca_bundle {
+            set(
+                "clientConfig.caBundle",
+                "clientConfig/caBundle",
+                json!(wanted.client_config.ca_bundle),
+            );
+        }
+        if wanted.failure_policy.is_some() && wanted.failure_policy != have.failure_policy {
+            set(
+                "failurePolicy",
+                "failurePolicy",
+                json!(wanted.failure_policy),
+            );
+        }
+        if wanted.timeout_seconds.is_some() && wanted.timeout_seconds != have.timeout_seconds {
+            set(
+                "timeoutSeconds",
+                "timeoutSeconds",
+                json!(wanted.timeout_seconds),
+            );
+        }
+        if !same_selector(wanted.namespace_selector, have.namespace_selector) {
+            let selector = wanted.namespace_selector.cloned().unwrap_or_default();
+            set("namespaceSelector", "namespaceSelector", json!(selector));
+        }
+        if !entry_ops.is_empty() {
+            ops.push(test);
+            ops.extend(entry_ops);
         }
     }
     for wanted in want {
@@ -135,7 +207,15 @@ fn plan(
     for pair in removals.into_iter().rev() {
         ops.extend(pair);
     }
-    ops
+    (ops, repaired)
+}
+
+/// What one pass wrote.
+#[derive(Debug, Default)]
+pub struct Converged {
+    pub wrote: bool,
+    /// Owned fields of existing entries that were put back (a caBundle a rotation moves on included).
+    pub repairs: Vec<Repair>,
 }
 
 async fn converge<C: Configuration>(
@@ -143,7 +223,7 @@ async fn converge<C: Configuration>(
     desired: &Desired,
     bundle: &[u8],
     fence: &Leadership,
-) -> Result<bool, IssueError> {
+) -> Result<Converged, IssueError> {
     let api: Api<C> = Api::all(client.clone());
     let want = C::desired(&desired.gates, &desired.target, bundle);
     let Some(current) = api.get_opt(C::NAME).await? else {
@@ -157,16 +237,19 @@ async fn converge<C: Configuration>(
             &Patch::Apply(&want),
         )
         .await?;
-        return Ok(true);
+        return Ok(Converged {
+            wrote: true,
+            repairs: Vec::new(),
+        });
     };
-    let ops = plan(
+    let (ops, repaired) = plan(
         &current.entries(),
         &want.entries(),
         desired.owns_endpoint(),
         |name| want.entry_json(name),
     );
     if ops.is_empty() {
-        return Ok(false);
+        return Ok(Converged::default());
     }
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
@@ -177,20 +260,33 @@ async fn converge<C: Configuration>(
     fence.check()?;
     api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
         .await?;
-    Ok(true)
+    Ok(Converged {
+        wrote: true,
+        repairs: repaired
+            .into_iter()
+            .map(|(entry, field)| Repair {
+                configuration: C::NAME,
+                entry,
+                field,
+            })
+            .collect(),
+    })
 }
 
-/// Brings both configurations to the desired state with `bundle`; `Ok(true)` when something was written.
+/// Brings both configurations to the desired state with `bundle`.
 pub async fn converge_all(
     client: &Client,
     desired: &Desired,
     bundle: &[u8],
     fence: &Leadership,
-) -> Result<bool, IssueError> {
-    let mutating = converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence).await?;
+) -> Result<Converged, IssueError> {
+    let mut mutating =
+        converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence).await?;
     let validating =
         converge::<ValidatingWebhookConfiguration>(client, desired, bundle, fence).await?;
-    Ok(mutating || validating)
+    mutating.wrote |= validating.wrote;
+    mutating.repairs.extend(validating.repairs);
+    Ok(mutating)
 }
 
 /// One entry as the API server has it.
@@ -296,6 +392,8 @@ mod tests {
             name,
             client_config,
             failure_policy: None,
+            timeout_seconds: None,
+            namespace_selector: None,
         }
     }
 
@@ -313,7 +411,63 @@ mod tests {
     #[test]
     fn nothing_to_do_when_the_bundle_matches() {
         let (a, b) = (service(b"CA"), service(b"CA"));
-        assert!(plan(&[view("e", &a)], &[view("e", &b)], false, |_| None).is_empty());
+        assert!(
+            plan(&[view("e", &a)], &[view("e", &b)], false, |_| None)
+                .0
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn hand_edits_of_owned_fields_are_put_back_and_named() {
+        let c = service(b"CA");
+        let configured = LabelSelector {
+            match_labels: Some([("team".to_owned(), "a".to_owned())].into()),
+            match_expressions: None,
+        };
+        let edited = LabelSelector::default();
+        let want = EntryView {
+            failure_policy: Some("Fail"),
+            timeout_seconds: Some(10),
+            namespace_selector: Some(&configured),
+            ..view("e", &c)
+        };
+        let have = EntryView {
+            failure_policy: Some("Ignore"),
+            timeout_seconds: Some(30),
+            namespace_selector: Some(&edited),
+            ..view("e", &c)
+        };
+        let (ops, repaired) = plan(&[have], &[want], false, |_| None);
+        assert_eq!(
+            ops_of(&ops),
+            [
+                ("test".to_owned(), "/webhooks/0/name".to_owned()),
+                ("add".to_owned(), "/webhooks/0/failurePolicy".to_owned()),
+                ("add".to_owned(), "/webhooks/0/timeoutSeconds".to_owned()),
+                ("add".to_owned(), "/webhooks/0/namespaceSelector".to_owned()),
+            ]
+        );
+        assert_eq!(ops[1]["value"], json!("Fail"));
+        assert_eq!(ops[2]["value"], json!(10));
+        assert_eq!(ops[3]["value"], json!({"matchLabels": {"team": "a"}}));
+        let fields: Vec<&str> = repaired.iter().map(|(_, f)| *f).collect();
+        assert_eq!(
+            fields,
+            ["failurePolicy", "timeoutSeconds", "namespaceSelector"]
+        );
+    }
+
+    #[test]
+    fn an_absent_selector_is_the_empty_one_the_api_server_stores() {
+        let c = service(b"CA");
+        let stored = LabelSelector::default();
+        let have = EntryView {
+            namespace_selector: Some(&stored),
+            ..view("e", &c)
+        };
+        let (ops, repaired) = plan(&[have], &[view("e", &c)], false, |_| None);
+        assert!(ops.is_empty() && repaired.is_empty(), "{ops:?}");
     }
 
     #[test]
@@ -321,9 +475,10 @@ mod tests {
         let mut elsewhere = service(b"OLD");
         elsewhere.service.as_mut().unwrap().name = "other".to_owned();
         let want = service(b"NEW");
-        let ops = plan(&[view("e", &elsewhere)], &[view("e", &want)], false, |_| {
+        let (ops, repaired) = plan(&[view("e", &elsewhere)], &[view("e", &want)], false, |_| {
             None
         });
+        assert_eq!(repaired, [("e".to_owned(), "clientConfig.caBundle")]);
         assert_eq!(
             ops_of(&ops),
             [
@@ -341,10 +496,10 @@ mod tests {
     #[test]
     fn url_mode_replaces_the_whole_client_config() {
         let (have, want) = (service(b"CA"), url(b"CA"));
-        let ops = plan(&[view("e", &have)], &[view("e", &want)], true, |_| None);
+        let (ops, _) = plan(&[view("e", &have)], &[view("e", &want)], true, |_| None);
         assert_eq!(
             ops_of(&ops)[1],
-            ("replace".to_owned(), "/webhooks/0/clientConfig".to_owned())
+            ("add".to_owned(), "/webhooks/0/clientConfig".to_owned())
         );
         assert_eq!(ops[1]["value"]["url"], json!("https://127.0.0.1:9443/p"));
     }
@@ -359,7 +514,7 @@ mod tests {
             view("off2", &c),
         ];
         let want = [view("a", &c), view("b", &c), view("new", &c)];
-        let ops = plan(&current, &want, false, |name| Some(json!({"name": name})));
+        let (ops, _) = plan(&current, &want, false, |name| Some(json!({"name": name})));
         assert_eq!(
             ops_of(&ops),
             [
@@ -425,7 +580,7 @@ mod tests {
                 .unwrap();
             drop(client);
             let seen = server.await.unwrap();
-            assert!(wrote);
+            assert!(wrote.wrote);
             for write in [&seen[1], &seen[3]] {
                 assert_eq!(write.content_type, "application/apply-patch+yaml");
                 assert!(
@@ -469,7 +624,7 @@ mod tests {
                 .unwrap();
             drop(client);
             let seen = server.await.unwrap();
-            assert!(wrote);
+            assert!(wrote.wrote);
             let patch = &seen[1];
             assert_eq!(patch.content_type, "application/json-patch+json");
             let ops = patch.body.as_array().unwrap();

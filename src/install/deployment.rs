@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
 use super::InstallOptions;
-use crate::names::{APP_NAME, NAMESPACE, SELECTOR_LABEL, SERVICE_NAME, app_labels};
+use crate::names::{APP_NAME, SELECTOR_LABEL, SERVICE_NAME, app_labels, namespace};
 
 const PORT: i32 = 9443;
 const METRICS_PORT: i32 = 8080;
@@ -29,7 +29,7 @@ fn selector_labels() -> BTreeMap<String, String> {
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_owned()),
-        namespace: Some(NAMESPACE.to_owned()),
+        namespace: Some(namespace().to_owned()),
         labels: Some(app_labels()),
         ..Default::default()
     }

@@ -3,6 +3,7 @@
 //! Rendered from code so the webhook entries, RBAC and CRDs cannot drift from what the binary does;
 //! `manifests/` holds the output and a test fails when it is stale.
 
+pub mod chart_files;
 mod deployment;
 pub mod rbac;
 pub mod webhook_configurations;
@@ -11,7 +12,7 @@ use serde::Serialize;
 
 use crate::apis::all_crds;
 use crate::features::FeatureGates;
-use crate::names::{NAMESPACE, app_labels};
+use crate::names::app_labels;
 pub use webhook_configurations::{ClientConfigMode, WebhookTarget};
 
 /// The image the manifests name: tag = crate version (`scripts/image` builds it under this name).
@@ -38,7 +39,7 @@ pub fn render(options: &InstallOptions) -> Result<String, serde_yaml::Error> {
         out.push_str(&object.to_yaml()?);
         Ok(())
     };
-    push(&namespace())?;
+    push(&namespace_object())?;
     for crd in all_crds() {
         push(&crd)?;
     }
@@ -82,10 +83,10 @@ pub fn render_webhook_configurations(
     Ok(out)
 }
 
-fn namespace() -> k8s_openapi::api::core::v1::Namespace {
+fn namespace_object() -> k8s_openapi::api::core::v1::Namespace {
     k8s_openapi::api::core::v1::Namespace {
         metadata: kube::api::ObjectMeta {
-            name: Some(NAMESPACE.to_owned()),
+            name: Some(crate::names::namespace().to_owned()),
             labels: Some(app_labels()),
             ..Default::default()
         },

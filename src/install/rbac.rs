@@ -7,8 +7,8 @@ use k8s_openapi::api::rbac::v1::{
 use kube::api::ObjectMeta;
 
 use crate::names::{
-    APP_NAME, LEASE, MUTATING_CONFIGURATION, NAMESPACE, QUOTA_LEDGER, SECRET_CA, SECRET_TLS,
-    VALIDATING_CONFIGURATION, app_labels,
+    APP_NAME, LEASE, MUTATING_CONFIGURATION, QUOTA_LEDGER, SECRET_CA, SECRET_TLS,
+    VALIDATING_CONFIGURATION, app_labels, namespace,
 };
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
@@ -35,7 +35,7 @@ const READ: &[&str] = &["get", "list", "watch"];
 
 pub fn service_account() -> ServiceAccount {
     ServiceAccount {
-        metadata: meta(APP_NAME, Some(NAMESPACE)),
+        metadata: meta(APP_NAME, Some(namespace())),
         ..Default::default()
     }
 }
@@ -68,6 +68,14 @@ pub fn cluster_role() -> ClusterRole {
             ),
             rule(&[""], &["namespaces", "nodes", "pods"], READ, &[]),
             rule(&["scheduling.k8s.io"], &["priorityclasses"], READ, &[]),
+            // Events about its webhook configurations: cluster-scoped objects, so their Events
+            // live in the `default` namespace.
+            rule(
+                &["", "events.k8s.io"],
+                &["events"],
+                &["create", "patch"],
+                &[],
+            ),
             // Its own two webhook configurations only: watched by name, created when missing by
             // server-side apply (authorised with the name), their caBundles kept up to date.
             rule(
@@ -88,7 +96,7 @@ fn subject() -> Vec<Subject> {
     vec![Subject {
         kind: "ServiceAccount".to_owned(),
         name: APP_NAME.to_owned(),
-        namespace: Some(NAMESPACE.to_owned()),
+        namespace: Some(namespace().to_owned()),
         api_group: None,
     }]
 }
@@ -107,7 +115,7 @@ pub fn cluster_role_binding() -> ClusterRoleBinding {
 
 pub fn role() -> Role {
     Role {
-        metadata: meta(APP_NAME, Some(NAMESPACE)),
+        metadata: meta(APP_NAME, Some(namespace())),
         rules: Some(vec![
             // Its two Secrets only. Secrets are written by server-side apply, whose create is
             // authorised with the object's name, so create is limited by name too.
@@ -158,7 +166,7 @@ pub fn role() -> Role {
 
 pub fn role_binding() -> RoleBinding {
     RoleBinding {
-        metadata: meta(APP_NAME, Some(NAMESPACE)),
+        metadata: meta(APP_NAME, Some(namespace())),
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".to_owned(),
             kind: "Role".to_owned(),

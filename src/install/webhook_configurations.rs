@@ -13,7 +13,7 @@ use crate::admission::webhooks::{EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind
 use crate::cli::EntryFlags;
 use crate::features::FeatureGates;
 use crate::names::{
-    MUTATING_CONFIGURATION, NAMESPACE, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels,
+    MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels, namespace,
 };
 
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 10;
@@ -35,6 +35,78 @@ pub struct WebhookTarget {
     pub failure_policies: Vec<(String, FailurePolicy)>,
     /// Namespaces the pod entries skip besides kube-system and the operator's own.
     pub excluded_namespaces: Vec<String>,
+    /// Namespace labels that exempt a namespace from the pod entries (`--exclude-namespace-label`).
+    pub excluded_namespace_labels: Vec<NamespaceLabel>,
+}
+
+/// `KEY` (a namespace carrying the label, whatever its value) or `KEY=VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceLabel {
+    pub key: String,
+    pub value: Option<String>,
+}
+
+impl NamespaceLabel {
+    /// The requirement a namespace must meet to be called: not carrying the label.
+    fn requirement(&self) -> LabelSelectorRequirement {
+        match &self.value {
+            // NotIn also admits namespaces without the key, as an exemption should.
+            Some(value) => LabelSelectorRequirement {
+                key: self.key.clone(),
+                operator: "NotIn".to_owned(),
+                values: Some(vec![value.clone()]),
+            },
+            None => LabelSelectorRequirement {
+                key: self.key.clone(),
+                operator: "DoesNotExist".to_owned(),
+                values: None,
+            },
+        }
+    }
+
+    fn arg(&self) -> String {
+        match &self.value {
+            Some(value) => format!("{}={value}", self.key),
+            None => self.key.clone(),
+        }
+    }
+}
+
+/// `KEY` or `KEY=VALUE` (`--exclude-namespace-label`), KEY a label key as the API server takes it.
+pub fn parse_namespace_label(text: &str) -> Result<NamespaceLabel, String> {
+    let (key, value) = match text.split_once('=') {
+        Some((key, value)) => (key, Some(value)),
+        None => (text, None),
+    };
+    let (prefix, name) = key
+        .rsplit_once('/')
+        .map_or((None, key), |(p, n)| (Some(p), n));
+    let name_ok = |n: &str, max: usize| {
+        !n.is_empty()
+            && n.len() <= max
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        p.len() <= 253
+            && p.split('.')
+                .all(|part| name_ok(part, 63) && !part.contains('_'))
+    });
+    if !name_ok(name, 63) || !prefix_ok {
+        return Err(format!("{key:?} is not a label key"));
+    }
+    if let Some(value) = value
+        && !value.is_empty()
+        && !name_ok(value, 63)
+    {
+        return Err(format!("{value:?} is not a label value"));
+    }
+    Ok(NamespaceLabel {
+        key: key.to_owned(),
+        value: value.map(str::to_owned),
+    })
 }
 
 impl Default for WebhookTarget {
@@ -44,6 +116,7 @@ impl Default for WebhookTarget {
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             failure_policies: Vec::new(),
             excluded_namespaces: Vec::new(),
+            excluded_namespace_labels: Vec::new(),
         }
     }
 }
@@ -83,6 +156,7 @@ impl WebhookTarget {
             timeout_seconds: entries.webhook_timeout_seconds,
             failure_policies: entries.failure_policies.clone(),
             excluded_namespaces: entries.excluded_namespaces.clone(),
+            excluded_namespace_labels: entries.excluded_namespace_labels.clone(),
         }
     }
 
@@ -101,6 +175,9 @@ impl WebhookTarget {
         for namespace in &self.excluded_namespaces {
             args.push(format!("--exclude-namespace={namespace}"));
         }
+        for label in &self.excluded_namespace_labels {
+            args.push(format!("--exclude-namespace-label={}", label.arg()));
+        }
         args
     }
 
@@ -118,14 +195,20 @@ impl WebhookTarget {
     fn namespace_selector(&self, entry: &EntrySpec) -> Option<LabelSelector> {
         // The immutable name label, so nobody can opt a namespace out by relabelling it.
         entry.exclude_system_namespaces.then(|| {
-            let mut names = vec![NAMESPACE.to_owned(), "kube-system".to_owned()];
+            let mut names = vec![namespace().to_owned(), "kube-system".to_owned()];
             names.extend(self.excluded_namespaces.iter().cloned());
+            let mut requirements = vec![LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".to_owned(),
+                operator: "NotIn".to_owned(),
+                values: Some(names),
+            }];
+            requirements.extend(
+                self.excluded_namespace_labels
+                    .iter()
+                    .map(NamespaceLabel::requirement),
+            );
             LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: "kubernetes.io/metadata.name".to_owned(),
-                    operator: "NotIn".to_owned(),
-                    values: Some(names),
-                }]),
+                match_expressions: Some(requirements),
                 match_labels: None,
             }
         })
@@ -138,7 +221,7 @@ impl WebhookTarget {
                 ca_bundle,
                 service: Some(ServiceReference {
                     name: SERVICE_NAME.to_owned(),
-                    namespace: NAMESPACE.to_owned(),
+                    namespace: namespace().to_owned(),
                     path: Some(path.to_owned()),
                     port: Some(443),
                 }),
@@ -345,7 +428,7 @@ mod tests {
                 let excluded = &w.namespace_selector.unwrap().match_expressions.unwrap()[0];
                 assert_eq!(
                     excluded.values.as_deref().unwrap(),
-                    [NAMESPACE, "kube-system", "batch-jobs"]
+                    [namespace(), "kube-system", "batch-jobs"]
                 );
             }
         }

@@ -12,7 +12,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use crate::admission::ports::StoreError;
 use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
 use crate::names::QUOTA_LEDGER;
-use crate::names::{NAMESPACE, app_labels};
+use crate::names::{app_labels, namespace};
 
 const KEY: &str = "last-change";
 const FIELD_MANAGER: &str = "koord-webhook";
@@ -30,7 +30,7 @@ fn store_error(e: kube::Error) -> StoreError {
 
 impl KubeLedgerStore {
     fn api(&self) -> Api<ConfigMap> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Api::namespaced(self.client.clone(), namespace())
     }
 
     /// Creates the empty record by server-side apply (which RBAC can limit to this name).
@@ -52,7 +52,7 @@ fn record(version: Option<&str>, change: Option<String>) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(QUOTA_LEDGER.to_owned()),
-            namespace: Some(NAMESPACE.to_owned()),
+            namespace: Some(namespace().to_owned()),
             labels: Some(app_labels()),
             resource_version: version.map(str::to_owned),
             ..Default::default()

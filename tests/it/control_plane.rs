@@ -212,3 +212,58 @@ async fn the_api_server_calls_the_webhook_over_tls() {
     );
     server.stop().await;
 }
+
+/// Every object the chart can render is accepted by the API server: the chart with cert-manager
+/// certificates, a metrics Service, a ServiceMonitor and a PrometheusRule, in a namespace of its
+/// own, applied for real next to the CRDs of those kinds (taken from cert-manager's and the
+/// Prometheus Operator's own modules by scripts/helm).
+#[tokio::test]
+async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
+    let cp = ControlPlane::start();
+    crate::generated::helm();
+    support::operator::apply_established(&cp, "target/helm-bin/crds");
+    let rendered = crate::generated::helm_template(
+        "koord-elsewhere",
+        &[
+            "createNamespace=true",
+            "certificates.mode=external",
+            "metrics.serviceMonitor.enabled=true",
+            "metrics.prometheusRule.enabled=true",
+            "webhooks.excludeNamespaceLabels={koordinator.sh/exempt}",
+        ],
+    );
+    for kind in [
+        "kind: Certificate",
+        "kind: Issuer",
+        "kind: ServiceMonitor",
+        "kind: PrometheusRule",
+        "cert-manager.io/inject-ca-from: koord-elsewhere/koord-webhook",
+        "- --cert-mode=external",
+    ] {
+        assert!(rendered.contains(kind), "{kind} not rendered");
+    }
+    let out = cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&rendered));
+    for object in [
+        "namespace/koord-elsewhere",
+        "certificate.cert-manager.io/koord-webhook",
+        "issuer.cert-manager.io/koord-webhook-ca",
+        "servicemonitor.monitoring.coreos.com/koord-webhook",
+        "prometheusrule.monitoring.coreos.com/koord-webhook",
+        "service/koord-webhook-metrics",
+        "deployment.apps/koord-webhook",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/koordinator-validating-webhook-configuration",
+    ] {
+        assert!(out.contains(object), "{object} missing from: {out}");
+    }
+    let service = cp.kubectl_ok(
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            "koordinator-validating-webhook-configuration",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.service.namespace}",
+        ],
+        None,
+    );
+    assert_eq!(service, "koord-elsewhere");
+}

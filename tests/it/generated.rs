@@ -1,4 +1,5 @@
-//! `crds/` and `manifests/` are generated from the code; a stale copy fails here.
+//! `crds/`, the chart's data files and `manifests/` are generated (from the code, and from the chart);
+//! a stale copy fails here, and so does a chart that renders other objects than the binary.
 
 use std::path::Path;
 
@@ -20,20 +21,216 @@ fn crds_are_current() {
     );
 }
 
+/// The helm binary of `scripts/helm build`.
+pub fn helm() -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/helm-bin/helm");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with scripts/helm build (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// `helm template` of the chart into `namespace` with `--set` values.
+pub fn helm_template(namespace: &str, sets: &[&str]) -> String {
+    let mut command = std::process::Command::new(helm());
+    command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "template",
+        "koord-webhook",
+        "charts/koord-webhook",
+        "--namespace",
+        namespace,
+    ]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm template {sets:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn manifests(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .arg("manifests")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "manifests {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The objects of a multi-document YAML text by kind/namespace/name, nulls and Helm's keep
+/// annotation (which only a Helm release acts on) left out.
+fn objects(text: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    fn clean(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.retain(|_, v| !v.is_null());
+                if let Some(serde_json::Value::Object(annotations)) = map.get_mut("annotations") {
+                    annotations.remove("helm.sh/resource-policy");
+                    if annotations.is_empty() {
+                        map.remove("annotations");
+                    }
+                }
+                map.values_mut().for_each(clean);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(clean),
+            _ => {}
+        }
+    }
+    serde_yaml::Deserializer::from_str(text)
+        .filter_map(|doc| {
+            let mut value: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            if value.is_null() {
+                return None;
+            }
+            clean(&mut value);
+            let key = format!(
+                "{}/{}/{}",
+                value["kind"].as_str().unwrap_or_default(),
+                value["metadata"]["namespace"].as_str().unwrap_or_default(),
+                value["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            Some((key, value))
+        })
+        .collect()
+}
+
+fn assert_same_objects(chart: &str, binary: &str, what: &str) {
+    let (chart, binary) = (objects(chart), objects(binary));
+    assert_eq!(
+        chart.keys().collect::<Vec<_>>(),
+        binary.keys().collect::<Vec<_>>(),
+        "{what}: the chart and `koord-webhook manifests` render different objects"
+    );
+    for (key, object) in &chart {
+        assert!(
+            *object == binary[key],
+            "{what}: {key} differs:\nchart:  {}\nbinary: {}",
+            serde_json::to_string(object).unwrap(),
+            serde_json::to_string(&binary[key]).unwrap()
+        );
+    }
+}
+
+/// manifests/install.yaml is the chart rendered with its defaults, byte for byte.
 #[test]
-fn install_manifests_are_current() {
-    let args = koord_webhook::cli::ManifestArgs {
-        webhook_host: None,
-        port: 9443,
-        image: koord_webhook::install::DEFAULT_IMAGE.to_owned(),
-        feature_gates: String::new(),
-        entries: koord_webhook::cli::EntryFlags::default(),
-        webhook_configurations_only: false,
-        ca_bundle_file: None,
-    };
-    assert_current(
-        "manifests/install.yaml",
-        &koord_webhook::cmd::manifests::render(&args).unwrap(),
+fn install_manifests_are_the_chart_rendered() {
+    let header = "# koord-webhook install manifests: the Helm chart charts/koord-webhook rendered with its defaults\n\
+                  # (scripts/gen); do not edit. Apply with: kubectl apply --server-side -f manifests/install.yaml\n";
+    let rendered = helm_template("koordinator-system", &["createNamespace=true"]);
+    assert_current("manifests/install.yaml", &format!("{header}{rendered}"));
+}
+
+/// The chart's data files (CRDs, RBAC rules, the webhook table) are what the binary writes.
+#[test]
+fn chart_files_are_current() {
+    let dir = tempfile::tempdir().unwrap();
+    koord_webhook::install::chart_files::write(dir.path()).unwrap();
+    for name in ["crds.yaml", "rbac.yaml", "webhooks.yaml"] {
+        let rendered = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert_current(&format!("charts/koord-webhook/files/{name}"), &rendered);
+    }
+}
+
+/// The chart and `koord-webhook manifests` give the same objects for the same settings: with the
+/// defaults, and with another namespace, image, gates, failure policies, timeout and exemptions.
+/// (The operator re-creates and repairs configurations with the binary's rendering, so the two must
+/// agree for a chart install to stay as installed.)
+#[test]
+fn the_chart_and_the_manifests_command_render_the_same_objects() {
+    assert_same_objects(
+        &helm_template("koordinator-system", &["createNamespace=true"]),
+        &manifests(&[]),
+        "defaults",
+    );
+    let chart = helm_template(
+        "team-koord",
+        &[
+            "createNamespace=true",
+            "image.repository=registry.local/koord-webhook",
+            "image.tag=dev",
+            "featureGates.NodeValidatingWebhook=false",
+            "webhooks.failurePolicy.all=Ignore",
+            "webhooks.failurePolicy.vpod\\.koordinator\\.sh=Fail",
+            "webhooks.timeoutSeconds=5",
+            "webhooks.excludeNamespaces={batch,ci}",
+            "webhooks.excludeNamespaceLabels={koordinator.sh/exempt,tier=infra}",
+        ],
+    );
+    let binary = manifests(&[
+        "--namespace=team-koord",
+        "--image=registry.local/koord-webhook:dev",
+        "--feature-gates=NodeValidatingWebhook=false",
+        "--failure-policy=all=Ignore",
+        "--failure-policy=vpod.koordinator.sh=Fail",
+        "--webhook-timeout-seconds=5",
+        "--exclude-namespace=batch",
+        "--exclude-namespace=ci",
+        "--exclude-namespace-label=koordinator.sh/exempt",
+        "--exclude-namespace-label=tier=infra",
+    ]);
+    assert!(chart.contains("- --exclude-namespace-label=tier=infra"));
+    assert_same_objects(&chart, &binary, "settings");
+}
+
+/// Bad values stop the render with a message rather than installing something else.
+#[test]
+fn the_chart_refuses_bad_values() {
+    for (set, message) in [
+        ("webhooks.timeoutSeconds=31", "timeoutSeconds must be 1-30"),
+        (
+            "webhooks.failurePolicy.all=Sometimes",
+            "neither Fail nor Ignore",
+        ),
+        (
+            "certificates.mode=manual",
+            "certificates.mode is self or external",
+        ),
+    ] {
+        let out = std::process::Command::new(helm())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "template",
+                "koord-webhook",
+                "charts/koord-webhook",
+                "--set",
+                set,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(message),
+            "{set}: {stderr}"
+        );
+    }
+}
+
+/// The chart's version and appVersion are the binary's.
+#[test]
+fn the_chart_version_is_the_crate_version() {
+    let chart = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/koord-webhook/Chart.yaml"),
+    )
+    .unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        chart.contains(&format!("\nversion: {version}\n")),
+        "{chart}"
+    );
+    assert!(
+        chart.contains(&format!("\nappVersion: \"{version}\"\n")),
+        "{chart}"
     );
 }
 

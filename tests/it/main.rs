@@ -7,7 +7,7 @@
 mod support;
 
 mod control_plane;
-mod generated;
+pub(crate) mod generated;
 mod node;
 mod operator;
 mod operator_admission;

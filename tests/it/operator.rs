@@ -119,10 +119,14 @@ async fn fresh_install_rotation_drift_and_loss() {
         "{metrics}"
     );
 
-    // 3. Drift: a blanked caBundle comes back.
+    // 3. Drift: a blanked caBundle comes back; so do a hand-edited failurePolicy and timeout, each
+    // named in an Event about the configuration.
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let blank =
-        json!([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""}]);
+    let blank = json!([
+        {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""},
+        {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"},
+        {"op": "replace", "path": "/webhooks/0/timeoutSeconds", "value": 29},
+    ]);
     let blank: json_patch::Patch = serde_json::from_value(blank).unwrap();
     mutating
         .patch(MUTATING, &PatchParams::default(), &Patch::<()>::Json(blank))
@@ -137,6 +141,34 @@ async fn fresh_install_rotation_drift_and_loss() {
         },
     )
     .await;
+    let entry = mutating.get(MUTATING).await.unwrap().webhooks.unwrap()[0].clone();
+    assert_eq!(entry.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(entry.timeout_seconds, Some(10));
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let repaired = eventually(
+        Duration::from_secs(10),
+        "a DriftRepaired Event about the mutating configuration",
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("DriftRepaired")
+                        && e.involved_object.name.as_deref() == Some(MUTATING)
+                })
+        },
+    )
+    .await;
+    let note = repaired.message.unwrap_or_default();
+    assert_eq!(repaired.type_.as_deref(), Some("Warning"));
+    assert!(
+        note.contains(&format!("{} failurePolicy", entry.name))
+            && note.contains(&format!("{} timeoutSeconds", entry.name)),
+        "{note}"
+    );
 
     // 4. webhook-tls deleted: recreated with the same CA.
     secrets

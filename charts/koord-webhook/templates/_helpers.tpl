@@ -1,0 +1,95 @@
+{{/* Labels of every object (the same as `koord-webhook manifests` gives them). */}}
+{{- define "koord-webhook.labels" -}}
+app.kubernetes.io/name: koord-webhook
+app.kubernetes.io/part-of: koordinator
+{{- end }}
+
+{{- define "koord-webhook.selectorLabels" -}}
+app.kubernetes.io/name: koord-webhook
+{{- end }}
+
+{{- define "koord-webhook.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Whether gate (list $ name default) is on. */}}
+{{- define "koord-webhook.gateEnabled" -}}
+{{- $root := index . 0 }}{{ $name := index . 1 }}{{ $default := index . 2 }}
+{{- if hasKey $root.Values.featureGates $name }}{{ index $root.Values.featureGates $name }}{{ else }}{{ $default }}{{ end }}
+{{- end }}
+
+{{/* The failurePolicy of entry (list $ entry): its own value, else `all`, else the table's. */}}
+{{- define "koord-webhook.failurePolicy" -}}
+{{- $root := index . 0 }}{{ $entry := index . 1 }}
+{{- $policies := $root.Values.webhooks.failurePolicy }}
+{{- $policy := $entry.failurePolicy }}
+{{- if hasKey $policies "all" }}{{ $policy = index $policies "all" }}{{ end }}
+{{- if hasKey $policies $entry.name }}{{ $policy = index $policies $entry.name }}{{ end }}
+{{- if not (has $policy (list "Fail" "Ignore")) }}
+{{- fail (printf "webhooks.failurePolicy of %s: %q is neither Fail nor Ignore" $entry.name $policy) }}
+{{- end }}
+{{- $policy }}
+{{- end }}
+
+{{/* One webhook entry (list $ entry) as a JSON object. */}}
+{{- define "koord-webhook.entry" -}}
+{{- $root := index . 0 }}{{ $entry := index . 1 }}
+{{- $out := deepCopy $entry.base }}
+{{- $service := dict "name" "koordinator-webhook-service" "namespace" $root.Release.Namespace "path" $entry.path "port" 443 }}
+{{- $_ := set $out "clientConfig" (dict "service" $service) }}
+{{- $_ := set $out "failurePolicy" (include "koord-webhook.failurePolicy" (list $root $entry)) }}
+{{- $_ := set $out "timeoutSeconds" (int $root.Values.webhooks.timeoutSeconds) }}
+{{- if $entry.excludeSystemNamespaces }}
+{{- $names := concat (list $root.Release.Namespace "kube-system") $root.Values.webhooks.excludeNamespaces }}
+{{- $expressions := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $names) }}
+{{- range $root.Values.webhooks.excludeNamespaceLabels }}
+{{- $kv := splitn "=" 2 . }}
+{{- if contains "=" . }}
+{{- $expressions = append $expressions (dict "key" $kv._0 "operator" "NotIn" "values" (list $kv._1)) }}
+{{- else }}
+{{- $expressions = append $expressions (dict "key" . "operator" "DoesNotExist") }}
+{{- end }}
+{{- end }}
+{{- $_ := set $out "namespaceSelector" (dict "matchExpressions" $expressions) }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* The `serve` arguments that carry the values (the same flags `koord-webhook manifests` writes). */}}
+{{- define "koord-webhook.serveArgs" -}}
+- serve
+- --port=9443
+{{- with .Values.featureGates }}
+{{- $gates := list }}
+{{- range $name, $on := . }}{{ $gates = append $gates (printf "%s=%t" $name $on) }}{{ end }}
+- --feature-gates={{ join "," $gates }}
+{{- end }}
+{{- $timeout := int .Values.webhooks.timeoutSeconds }}
+{{- if or (lt $timeout 1) (gt $timeout 30) }}{{ fail "webhooks.timeoutSeconds must be 1-30" }}{{ end }}
+{{- if ne $timeout 10 }}
+- --webhook-timeout-seconds={{ $timeout }}
+{{- end }}
+{{- $policies := .Values.webhooks.failurePolicy }}
+{{- if hasKey $policies "all" }}
+- --failure-policy=all={{ index $policies "all" }}
+{{- end }}
+{{- range $name, $policy := $policies }}
+{{- if ne $name "all" }}
+- --failure-policy={{ $name }}={{ $policy }}
+{{- end }}
+{{- end }}
+{{- range .Values.webhooks.excludeNamespaces }}
+- --exclude-namespace={{ . }}
+{{- end }}
+{{- range .Values.webhooks.excludeNamespaceLabels }}
+- --exclude-namespace-label={{ . }}
+{{- end }}
+{{- if eq .Values.certificates.mode "external" }}
+- --cert-mode=external
+{{- else if ne .Values.certificates.mode "self" }}
+{{- fail "certificates.mode is self or external" }}
+{{- end }}
+{{- if ne .Values.logging.format "text" }}
+- --log-format={{ .Values.logging.format }}
+{{- end }}
+{{- end }}
