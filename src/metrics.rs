@@ -72,7 +72,37 @@ mod tests {
     /// this binary exposes (a rename would otherwise silence an alert).
     #[test]
     fn the_alerts_and_the_dashboard_query_metrics_that_exist() {
-        let exposition = super::Metrics::new().encode();
+        use crate::admission::metrics::{DenialLabels, ErrorLabels, WebhookLabels};
+        use crate::controller::metrics::{CertLabels, ConfigurationLabels};
+        // A family is announced once it has a sample: one of each kind the queries read.
+        let metrics = super::Metrics::new();
+        let webhook = "/validate-pod";
+        let admission = &metrics.admission;
+        admission
+            .requests
+            .get_or_create(&WebhookLabels { webhook })
+            .inc();
+        let denial = DenialLabels { webhook, code: 400 };
+        admission.denials.get_or_create(&denial).inc();
+        let error = ErrorLabels {
+            webhook,
+            kind: "decode",
+        };
+        admission.errors.get_or_create(&error).inc();
+        let duration = admission
+            .request_duration
+            .get_or_create(&WebhookLabels { webhook });
+        duration.observe(0.001);
+        let operator = &metrics.operator;
+        let certificate = CertLabels { certificate: "ca" };
+        operator.cert_not_after.get_or_create(&certificate).set(1);
+        operator.cert_rotations.get_or_create(&certificate).inc();
+        let configuration = ConfigurationLabels { configuration: "c" };
+        operator
+            .ca_bundle_in_sync
+            .get_or_create(&configuration)
+            .set(1);
+        let exposition = metrics.encode();
         let root = env!("CARGO_MANIFEST_DIR");
         for file in [
             "charts/koord-webhook/templates/prometheusrule.yaml",
@@ -93,7 +123,7 @@ mod tests {
             names.dedup();
             assert!(names.len() >= 5, "{file} queries {names:?}");
             for name in names {
-                let family = ["_total", "_bucket", "_count", "_sum"]
+                let family = ["_total", "_bucket", "_count", "_sum", "_info"]
                     .iter()
                     .find_map(|suffix| name.strip_suffix(suffix))
                     .unwrap_or(name);

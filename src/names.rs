@@ -84,3 +84,18 @@ pub fn app_labels() -> BTreeMap<String, String> {
     ]
     .into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_names_are_rfc_1123_labels() {
+        for good in ["koordinator-system", "a", "team-1"] {
+            assert_eq!(parse_namespace(good).as_deref(), Ok(good));
+        }
+        for bad in ["", "Koord", "-a", "a-", "a_b", "a.b", &"x".repeat(64)] {
+            assert!(parse_namespace(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

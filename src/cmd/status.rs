@@ -22,7 +22,9 @@ use crate::certs::authority;
 use crate::cli::{OutputFormat, StatusArgs};
 use crate::controller::secrets::{self, PHASE_ANNOTATION};
 use crate::controller::webhook_configs;
-use crate::names::{LEASE, SECRET_TLS, SERVICE_NAME};
+use crate::names::{
+    LEASE, MUTATING_CONFIGURATION, SECRET_TLS, SERVICE_NAME, VALIDATING_CONFIGURATION,
+};
 
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
@@ -273,6 +275,15 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
 
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let mut items = events.list(&ListParams::default().limit(PAGE)).await?.items;
+    // Events about the webhook configurations (cluster-scoped, so kept in `default`): caBundle
+    // writes and hand edits put back.
+    for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {
+        let about = ListParams::default()
+            .fields(&format!("involvedObject.name={configuration}"))
+            .limit(PAGE);
+        let default: Api<Event> = Api::namespaced(client.clone(), "default");
+        items.extend(default.list(&about).await?.items);
+    }
     let when = |e: &Event| {
         e.last_timestamp
             .as_ref()
@@ -287,10 +298,11 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
         .take(10)
         .map(|e| {
             format!(
-                "{} {} {}: {}",
+                "{} {} {} {}: {}",
                 when(e).map(|t| t.to_string()).unwrap_or_default(),
                 e.type_.clone().unwrap_or_default(),
                 e.reason.clone().unwrap_or_default(),
+                e.involved_object.name.clone().unwrap_or_default(),
                 e.message.clone().unwrap_or_default()
             )
         })

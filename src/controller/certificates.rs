@@ -48,6 +48,7 @@ pub struct Issuer {
     pub recorder: Recorder,
     /// Checked right before every write (fencing).
     pub leadership: super::leader::Leadership,
+    pub absence: super::webhook_configs::Absence,
 }
 
 /// What a pass leaves to do.
@@ -348,6 +349,7 @@ impl Issuer {
             &self.desired,
             tls.bundle.as_bytes(),
             &self.leadership,
+            &self.absence,
         )
         .await?;
         self.record_repairs(&converged.repairs).await;

@@ -254,6 +254,7 @@ async fn issue_as_leader(
         desired: config.desired.clone(),
         recorder: Recorder::new(client, reporter),
         leadership: leadership.clone(),
+        absence: Default::default(),
     };
     let mut wait = Duration::ZERO;
     let mut kicked = Box::pin(kick.notified());

@@ -210,6 +210,45 @@ fn plan(
     (ops, repaired)
 }
 
+/// How long a configuration must stay deleted before the leader creates it again. `helm uninstall`
+/// deletes the webhook configurations a moment before the Deployment; re-creating them at once
+/// would leave entries with failurePolicy Fail pointing at a Service that is about to go, and pod
+/// creation in the whole cluster would fail. By the time this passes, an uninstall has stopped the
+/// replicas; a configuration deleted by mistake comes back.
+pub const RECREATE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Which configurations this process has seen, and since when each has been missing. One missing at
+/// the first look (URL-mode development, where nothing installed it) is created at once.
+#[derive(Debug, Default)]
+pub struct Absence(std::sync::Mutex<AbsenceState>);
+
+#[derive(Debug, Default)]
+struct AbsenceState {
+    seen: std::collections::HashSet<&'static str>,
+    missing_since: std::collections::HashMap<&'static str, std::time::Instant>,
+}
+
+impl Absence {
+    fn present(&self, name: &'static str) {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        state.seen.insert(name);
+        state.missing_since.remove(name);
+    }
+
+    /// Whether a missing configuration may be created now.
+    fn may_create(&self, name: &'static str) -> bool {
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !state.seen.contains(name) {
+            return true;
+        }
+        let since = *state
+            .missing_since
+            .entry(name)
+            .or_insert_with(std::time::Instant::now);
+        since.elapsed() >= RECREATE_AFTER
+    }
+}
+
 /// What one pass wrote.
 #[derive(Debug, Default)]
 pub struct Converged {
@@ -223,12 +262,23 @@ async fn converge<C: Configuration>(
     desired: &Desired,
     bundle: &[u8],
     fence: &Leadership,
+    absence: &Absence,
 ) -> Result<Converged, IssueError> {
     let api: Api<C> = Api::all(client.clone());
     let want = C::desired(&desired.gates, &desired.target, bundle);
-    let Some(current) = api.get_opt(C::NAME).await? else {
-        // Not installed (URL-mode development) or deleted by hand: create it whole. Uninstall stops
-        // the replicas before it deletes the configurations, so this does not undo an uninstall.
+    let current = api.get_opt(C::NAME).await?;
+    if current.is_some() {
+        absence.present(C::NAME);
+    } else if !absence.may_create(C::NAME) {
+        tracing::warn!(
+            configuration = C::NAME,
+            after = ?RECREATE_AFTER,
+            "the webhook configuration was deleted; re-created if still missing after a while (an uninstall stops the replicas first)"
+        );
+        return Ok(Converged::default());
+    }
+    let Some(current) = current else {
+        // Not installed (URL-mode development) or deleted and still missing: create it whole.
         // Server-side apply rather than a create: RBAC limits an apply's create by name.
         fence.check()?;
         api.patch(
@@ -279,11 +329,12 @@ pub async fn converge_all(
     desired: &Desired,
     bundle: &[u8],
     fence: &Leadership,
+    absence: &Absence,
 ) -> Result<Converged, IssueError> {
     let mut mutating =
-        converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence).await?;
+        converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence, absence).await?;
     let validating =
-        converge::<ValidatingWebhookConfiguration>(client, desired, bundle, fence).await?;
+        converge::<ValidatingWebhookConfiguration>(client, desired, bundle, fence, absence).await?;
     mutating.wrote |= validating.wrote;
     mutating.repairs.extend(validating.repairs);
     Ok(mutating)
@@ -406,6 +457,26 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_configuration_deleted_while_running_waits_before_it_is_created_again() {
+        let absence = Absence::default();
+        assert!(
+            absence.may_create("never-seen"),
+            "first look: create at once"
+        );
+        absence.present("c");
+        assert!(!absence.may_create("c"), "just deleted: wait");
+        absence
+            .0
+            .lock()
+            .unwrap()
+            .missing_since
+            .insert("c", std::time::Instant::now() - RECREATE_AFTER);
+        assert!(absence.may_create("c"), "still missing after the grace");
+        absence.present("c");
+        assert!(!absence.may_create("c"), "a new absence waits again");
     }
 
     #[test]
@@ -575,9 +646,15 @@ mod tests {
                     stored::<ValidatingWebhookConfiguration>(b"ca"),
                 ),
             ]);
-            let wrote = converge_all(&client, &desired(), b"ca", &Leadership::always())
-                .await
-                .unwrap();
+            let wrote = converge_all(
+                &client,
+                &desired(),
+                b"ca",
+                &Leadership::always(),
+                &Absence::default(),
+            )
+            .await
+            .unwrap();
             drop(client);
             let seen = server.await.unwrap();
             assert!(wrote.wrote);
@@ -619,9 +696,15 @@ mod tests {
                     stored::<ValidatingWebhookConfiguration>(b"new"),
                 ),
             ]);
-            let wrote = converge_all(&client, &desired(), b"new", &Leadership::always())
-                .await
-                .unwrap();
+            let wrote = converge_all(
+                &client,
+                &desired(),
+                b"new",
+                &Leadership::always(),
+                &Absence::default(),
+            )
+            .await
+            .unwrap();
             drop(client);
             let seen = server.await.unwrap();
             assert!(wrote.wrote);
@@ -659,7 +742,8 @@ mod tests {
                 StatusCode::OK,
                 stored::<MutatingWebhookConfiguration>(b"old"),
             )]);
-            let result = converge_all(&client, &desired(), b"new", &follower).await;
+            let result =
+                converge_all(&client, &desired(), b"new", &follower, &Absence::default()).await;
             drop(client);
             assert!(
                 matches!(result, Err(IssueError::NotLeader(_))),

@@ -345,6 +345,68 @@ mod tests {
     use crate::features::FeatureGates;
 
     #[test]
+    fn namespace_label_exemptions_become_selector_requirements() {
+        let target = WebhookTarget {
+            excluded_namespace_labels: vec![
+                parse_namespace_label("koordinator.sh/webhook-exempt").unwrap(),
+                parse_namespace_label("tier=infra").unwrap(),
+            ],
+            ..Default::default()
+        };
+        let config = validating(&FeatureGates::default(), &target, None);
+        let vpod = config
+            .webhooks
+            .unwrap()
+            .into_iter()
+            .find(|w| w.name == "vpod.koordinator.sh")
+            .unwrap();
+        let expressions = vpod.namespace_selector.unwrap().match_expressions.unwrap();
+        let shown: Vec<(String, String, Option<Vec<String>>)> = expressions
+            .into_iter()
+            .skip(1)
+            .map(|e| (e.key, e.operator, e.values))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "koordinator.sh/webhook-exempt".to_owned(),
+                    "DoesNotExist".to_owned(),
+                    None
+                ),
+                (
+                    "tier".to_owned(),
+                    "NotIn".to_owned(),
+                    Some(vec!["infra".to_owned()])
+                ),
+            ]
+        );
+        assert!(
+            target
+                .entry_args()
+                .contains(&"--exclude-namespace-label=tier=infra".to_owned())
+        );
+    }
+
+    #[test]
+    fn bad_label_keys_and_values_are_refused() {
+        for bad in [
+            "",
+            "-x",
+            "a/",
+            "/x",
+            "x=bad value",
+            "Bad_Prefix.io/x",
+            "x=-v",
+        ] {
+            assert!(parse_namespace_label(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["x", "a.b/c-d", "x=", "x=v.1", "example.com/exempt=true"] {
+            assert!(parse_namespace_label(good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    #[test]
     fn entries_follow_the_table_and_the_gates() {
         let gates = FeatureGates::default();
         let m = mutating(&gates, &WebhookTarget::default(), None);

@@ -585,28 +585,7 @@ async fn installed_from_the_manifests_on_a_real_node() {
         assert!(entry.client_config.url.is_none());
     }
     // `status` as a script after an install uses it: healthy, with both replicas behind the Service.
-    let out = node
-        .exec(
-            &[
-                env!("CARGO_BIN_EXE_koord-webhook"),
-                "status",
-                "--wait",
-                "--timeout",
-                "60s",
-                "-o",
-                "json",
-            ],
-            None,
-        )
-        .await;
-    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{status} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(status["readyEndpoints"], 2, "{status}");
+    wait_healthy(&node, NAMESPACE).await;
     let text = node
         .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "status"], None)
         .await;
@@ -801,4 +780,199 @@ async fn installed_from_the_manifests_on_a_real_node() {
         None,
     )
     .await;
+
+    // --- The Helm chart: installed into a namespace of its own, upgraded, uninstalled.
+    helm_install_upgrade_uninstall(&node, &client).await;
+}
+
+/// `koord-webhook status --wait` as a script after an install runs it: exit 0 (healthy), with both
+/// replicas behind the Service.
+async fn wait_healthy(node: &Node, namespace: &str) {
+    let out = node
+        .exec(
+            &[
+                env!("CARGO_BIN_EXE_koord-webhook"),
+                "status",
+                "--namespace",
+                namespace,
+                "--wait",
+                "--timeout",
+                "2m",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .await;
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "healthy in {namespace}: {status} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(status["readyEndpoints"], 2, "{status}");
+}
+
+/// `helm install` of charts/koord-webhook (into `koord-helm`, Koordinator's CRDs already there),
+/// admission through it, `status` healthy; `helm upgrade` of a setting, which reaches the entries
+/// while the caBundle stays; `helm uninstall`, after which nothing is left pointing at the replicas
+/// and pods are created normally.
+async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
+    const HELM_NS: &str = "koord-helm";
+    let helm = &crate::generated::helm();
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/koord-webhook");
+    let run = |args: Vec<String>| async move {
+        let mut command = vec![helm.to_str().unwrap().to_owned()];
+        command.extend(args);
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        let out = node.exec(&command, None).await;
+        assert!(
+            out.status.success(),
+            "{command:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let started = std::time::Instant::now();
+    run(args(&[
+        "install",
+        "koord-webhook",
+        chart,
+        "--namespace",
+        HELM_NS,
+        "--create-namespace",
+        "--set",
+        "crds.install=false",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]))
+    .await;
+    wait_healthy(node, HELM_NS).await;
+    eprintln!(
+        "helm install to healthy in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let plain: Api<Pod> = Api::namespaced(client.clone(), "plain");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let reserved: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "reserved", "annotations": {"scheduling.koordinator.sh/reserve-pod": "true"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }))
+    .unwrap();
+    let denied = plain
+        .create(&dry_run, &reserved)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(denied.contains("cannot set in annotations"), "{denied}");
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let entries = v.get(VALIDATING).await.unwrap().webhooks.unwrap();
+    let bundle = entries[0].client_config.ca_bundle.clone().unwrap().0;
+    assert_eq!(
+        entries[0].client_config.service.as_ref().unwrap().namespace,
+        HELM_NS
+    );
+
+    // Upgrade one setting: it reaches every entry (and the operator's flags, so it is kept), and the
+    // caBundle the operator published survives Helm's patch.
+    run(args(&[
+        "upgrade",
+        "koord-webhook",
+        chart,
+        "--namespace",
+        HELM_NS,
+        "--reuse-values",
+        "--set",
+        "webhooks.timeoutSeconds=7",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]))
+    .await;
+    let entries = eventually(
+        Duration::from_secs(60),
+        "timeoutSeconds 7 on every entry",
+        || async {
+            let entries = v.get(VALIDATING).await.unwrap().webhooks.unwrap();
+            entries
+                .iter()
+                .all(|e| e.timeout_seconds == Some(7))
+                .then_some(entries)
+        },
+    )
+    .await;
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.client_config.ca_bundle.as_ref().map(|b| &b.0) == Some(&bundle)),
+        "helm upgrade kept the caBundle"
+    );
+    let status = node
+        .exec(
+            &[
+                env!("CARGO_BIN_EXE_koord-webhook"),
+                "status",
+                "--namespace",
+                HELM_NS,
+                "--wait",
+                "--timeout",
+                "2m",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "healthy after helm upgrade: {}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+
+    // Uninstall: Helm deletes the configurations a moment before the Deployment; the leader must
+    // not put them back in between (it waits, and is stopped by then).
+    run(args(&[
+        "uninstall",
+        "koord-webhook",
+        "--namespace",
+        HELM_NS,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]))
+    .await;
+    tokio::time::sleep(
+        Duration::from_secs(25), // past the operator's 20 s grace before it re-creates one,
+    )
+    .await;
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    assert!(
+        m.get_opt(MUTATING).await.unwrap().is_none(),
+        "no configuration came back"
+    );
+    assert!(
+        v.get_opt(VALIDATING).await.unwrap().is_none(),
+        "no configuration came back"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), HELM_NS);
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    plain
+        .create(
+            &PostParams::default(),
+            &pod("plain", "after-helm-uninstall", json!({}), json!({})),
+        )
+        .await
+        .expect("a pod is created normally after helm uninstall");
 }
