@@ -119,10 +119,13 @@ for p in panels:
     ax = axes[p["gridPos"]["y"] // 8][p["gridPos"]["x"] // 12]
     ax.set_facecolor("#181b1f")
     lines = PANELS[p["id"]]()
+    unit = p["fieldConfig"]["defaults"].get("unit", "")
+    scale = 1.0
+    if unit == "s" and all(v < 0.5 for _, pts in lines for _, v in pts):
+        unit, scale = "ms", 1000.0  # as Grafana's unit picks its scale
     for name, pts in sorted(lines, key=lambda x: x[0]):
         if pts:
-            ax.plot([t - t0 for t, _ in pts], [v for _, v in pts], label=name, linewidth=1.4)
-    unit = p["fieldConfig"]["defaults"].get("unit", "")
+            ax.plot([t - t0 for t, _ in pts], [v * scale for _, v in pts], label=name, linewidth=1.4)
     if p["fieldConfig"]["defaults"].get("custom", {}).get("scaleDistribution", {}).get("type") == "log":
         ax.set_yscale("log")
     ax.set_title(p["title"], loc="left", fontsize=11, color="#ccccdc")

@@ -1,6 +1,6 @@
 """Load for the dashboard picture: pod creates (dry-run) through the API server at a rate that
-rises and falls, a fifth denied by /validate-pod, a few malformed reviews sent straight to the
-webhook; /metrics scraped every 2 s into a JSON-lines file (time, exposition text)."""
+rises and falls, a fifth denied by /validate-pod, and reviews whose pod does not decode sent
+straight to the webhook (errors); /metrics scraped every 2 s into a JSON-lines file (time, exposition text)."""
 import argparse, json, math, ssl, threading, time, urllib.request, yaml
 
 p = argparse.ArgumentParser()
@@ -38,9 +38,16 @@ def creates(worker):
         i += 4
         time.sleep(1 / rate)
 
+# An AdmissionReview whose pod does not decode: answered with a denial and counted as an error.
+BAD = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+    "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+    "namespace": "load", "name": "bad", "userInfo": {"username": "load"},
+    "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"}, "spec": "not a pod spec"}}}).encode()
+
 def malformed():
     while time.time() < stop:
-        req = urllib.request.Request(f"{a.webhook}/validate-pod?timeout=10s", data=b'{"kind":"AdmissionReview",',
+        req = urllib.request.Request(f"{a.webhook}/validate-pod?timeout=10s", data=BAD,
                                      method="POST", headers={"Content-Type": "application/json"})
         try:
             urllib.request.urlopen(req, context=insecure, timeout=5).read()
