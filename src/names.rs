@@ -28,16 +28,20 @@ pub fn set_namespace(namespace: &str) -> Result<(), String> {
     }
 }
 
-/// A namespace name as the API server accepts it (an RFC 1123 label).
-pub fn parse_namespace(text: &str) -> Result<String, String> {
-    let valid = !text.is_empty()
+/// An RFC 1123 label: a namespace name, or one part of a DNS subdomain.
+pub fn is_dns_label(text: &str) -> bool {
+    !text.is_empty()
         && text.len() <= 63
         && text
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !text.starts_with('-')
-        && !text.ends_with('-');
-    if valid {
+        && !text.ends_with('-')
+}
+
+/// A namespace name as the API server accepts it (an RFC 1123 label).
+pub fn parse_namespace(text: &str) -> Result<String, String> {
+    if is_dns_label(text) {
         Ok(text.to_owned())
     } else {
         Err(format!(

@@ -277,11 +277,11 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
     let mut items = events.list(&ListParams::default().limit(PAGE)).await?.items;
     // Events about the webhook configurations (cluster-scoped, so kept in `default`): caBundle
     // writes and hand edits put back.
+    let default: Api<Event> = Api::namespaced(client.clone(), "default");
     for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {
         let about = ListParams::default()
             .fields(&format!("involvedObject.name={configuration}"))
             .limit(PAGE);
-        let default: Api<Event> = Api::namespaced(client.clone(), "default");
         items.extend(default.list(&about).await?.items);
     }
     let when = |e: &Event| {

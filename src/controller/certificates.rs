@@ -99,55 +99,40 @@ impl Issuer {
 
     /// One Event per configuration and kind of write, regarding the configuration: the caBundle
     /// published (Normal), other owned fields put back after a hand edit (Warning, naming each).
-    async fn record_repairs(&self, repairs: &[webhook_configs::Repair]) {
-        use k8s_openapi::api::admissionregistration::v1::{
-            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-        };
-        for configuration in [
-            crate::names::MUTATING_CONFIGURATION,
-            crate::names::VALIDATING_CONFIGURATION,
-        ] {
-            let of_this = || repairs.iter().filter(|r| r.configuration == configuration);
-            let bundles: Vec<&str> = of_this()
-                .filter(|r| r.field.starts_with("clientConfig"))
-                .map(|r| r.entry.as_str())
-                .collect();
-            let drift: Vec<String> = of_this()
-                .filter(|r| !r.field.starts_with("clientConfig"))
-                .map(|r| format!("{} {}", r.entry, r.field))
-                .collect();
-            let metadata = kube::api::ObjectMeta {
-                name: Some(configuration.to_owned()),
-                ..Default::default()
-            };
-            let reference = if configuration == crate::names::MUTATING_CONFIGURATION {
-                MutatingWebhookConfiguration {
-                    metadata,
-                    ..Default::default()
-                }
-                .object_ref(&())
-            } else {
-                ValidatingWebhookConfiguration {
-                    metadata,
-                    ..Default::default()
-                }
-                .object_ref(&())
-            };
-            if !bundles.is_empty() {
-                let note = format!("caBundle published on {}", bundles.join(", "));
-                self.event_on(&reference, EventType::Normal, "CABundlePublished", note)
-                    .await;
+    async fn record_writes(&self, written: &[webhook_configs::Written]) {
+        for configuration in written {
+            let (endpoint, drift): (Vec<_>, Vec<_>) = configuration
+                .fields
+                .iter()
+                .partition(|(_, field)| field.is_endpoint());
+            if !endpoint.is_empty() {
+                let entries: Vec<&str> = endpoint.iter().map(|(e, _)| e.as_str()).collect();
+                let note = format!("caBundle published on {}", entries.join(", "));
+                self.event_on(
+                    &configuration.reference,
+                    EventType::Normal,
+                    "CABundlePublished",
+                    note,
+                )
+                .await;
             }
             if !drift.is_empty() {
-                for repair in of_this().filter(|r| !r.field.starts_with("clientConfig")) {
-                    tracing::warn!(entry = %repair.entry, field = repair.field, "{}", repair.note());
-                }
+                let fields: Vec<String> = drift
+                    .iter()
+                    .map(|(e, f)| format!("{e} {}", f.name()))
+                    .collect();
                 let note = format!(
                     "put back to the configured value (edit the install's settings instead): {}",
-                    drift.join(", ")
+                    fields.join(", ")
                 );
-                self.event_on(&reference, EventType::Warning, "DriftRepaired", note)
-                    .await;
+                tracing::warn!(configuration = ?configuration.reference.name, "{note}");
+                self.event_on(
+                    &configuration.reference,
+                    EventType::Warning,
+                    "DriftRepaired",
+                    note,
+                )
+                .await;
             }
         }
     }
@@ -344,7 +329,7 @@ impl Issuer {
         record_not_after(metrics, &ca.ca, &tls.serving);
         metrics.operator.ca_rotation_phase.set(ca.phase.number());
 
-        let converged = webhook_configs::converge_all(
+        let written = webhook_configs::converge_all(
             &self.client,
             &self.desired,
             tls.bundle.as_bytes(),
@@ -352,8 +337,8 @@ impl Issuer {
             &self.absence,
         )
         .await?;
-        self.record_repairs(&converged.repairs).await;
-        if converged.wrote {
+        self.record_writes(&written).await;
+        if !written.is_empty() {
             metrics
                 .operator
                 .writes

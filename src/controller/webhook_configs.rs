@@ -37,23 +37,51 @@ struct EntryView<'a> {
     namespace_selector: Option<&'a LabelSelector>,
 }
 
-/// One owned field of one entry put back to what the operator is configured with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Repair {
-    pub configuration: &'static str,
-    pub entry: String,
-    /// The field's JSON name within the entry (`failurePolicy`, `clientConfig.caBundle`, ...).
-    pub field: &'static str,
+/// A field of an entry the operator owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnedField {
+    /// The whole `clientConfig` (URL mode).
+    ClientConfig,
+    CaBundle,
+    FailurePolicy,
+    TimeoutSeconds,
+    NamespaceSelector,
 }
 
-impl Repair {
-    /// The Event's note.
-    pub fn note(&self) -> String {
-        format!(
-            "{} entry {}: {} put back to the configured value",
-            self.configuration, self.entry, self.field
-        )
+impl OwnedField {
+    /// The JSON path within the entry.
+    fn path(self) -> &'static str {
+        match self {
+            OwnedField::ClientConfig => "clientConfig",
+            OwnedField::CaBundle => "clientConfig/caBundle",
+            OwnedField::FailurePolicy => "failurePolicy",
+            OwnedField::TimeoutSeconds => "timeoutSeconds",
+            OwnedField::NamespaceSelector => "namespaceSelector",
+        }
     }
+
+    /// The field as people name it (Events, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            OwnedField::CaBundle => "clientConfig.caBundle",
+            other => other.path(),
+        }
+    }
+
+    /// Where the API server calls and with which CA: written at install and at every rotation, not
+    /// drift.
+    pub fn is_endpoint(self) -> bool {
+        matches!(self, OwnedField::ClientConfig | OwnedField::CaBundle)
+    }
+}
+
+/// One configuration the pass wrote: created whole (no fields listed) or patched in these fields.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The configuration, for the Events about it.
+    pub reference: k8s_openapi::api::core::v1::ObjectReference,
+    /// (entry name, field) of each owned field of an existing entry that was set.
+    pub fields: Vec<(String, OwnedField)>,
 }
 
 trait Configuration:
@@ -142,7 +170,7 @@ fn plan(
     want: &[EntryView<'_>],
     owns_endpoint: bool,
     entry: impl Fn(&str) -> Option<Value>,
-) -> (Vec<Value>, Vec<(String, &'static str)>) {
+) -> (Vec<Value>, Vec<(String, OwnedField)>) {
     let mut ops = Vec::new();
     let mut repaired = Vec::new();
     let mut removals = Vec::new();
@@ -157,39 +185,26 @@ fn plan(
             continue;
         };
         let mut entry_ops = Vec::new();
-        let mut set = |field: &'static str, path: &str, value: Value| {
+        let mut set = |field: OwnedField, value: Value| {
             // `add` sets the member whether or not it is there.
-            entry_ops.push(
-                json!({"op": "add", "path": format!("/webhooks/{i}/{path}"), "value": value}),
-            );
+            let path = format!("/webhooks/{i}/{}", field.path());
+            entry_ops.push(json!({"op": "add", "path": path, "value": value}));
             repaired.push((have.name.to_owned(), field));
         };
         if owns_endpoint && wanted.client_config != have.client_config {
-            set("clientConfig", "clientConfig", json!(wanted.client_config));
+            set(OwnedField::ClientConfig, json!(wanted.client_config));
         } else if wanted.client_config.ca_bundle != have.client_config.ca_bundle {
-            set(
-                "clientConfig.caBundle",
-                "clientConfig/caBundle",
-                json!(wanted.client_config.ca_bundle),
-            );
+            set(OwnedField::CaBundle, json!(wanted.client_config.ca_bundle));
         }
         if wanted.failure_policy.is_some() && wanted.failure_policy != have.failure_policy {
-            set(
-                "failurePolicy",
-                "failurePolicy",
-                json!(wanted.failure_policy),
-            );
+            set(OwnedField::FailurePolicy, json!(wanted.failure_policy));
         }
         if wanted.timeout_seconds.is_some() && wanted.timeout_seconds != have.timeout_seconds {
-            set(
-                "timeoutSeconds",
-                "timeoutSeconds",
-                json!(wanted.timeout_seconds),
-            );
+            set(OwnedField::TimeoutSeconds, json!(wanted.timeout_seconds));
         }
         if !same_selector(wanted.namespace_selector, have.namespace_selector) {
             let selector = wanted.namespace_selector.cloned().unwrap_or_default();
-            set("namespaceSelector", "namespaceSelector", json!(selector));
+            set(OwnedField::NamespaceSelector, json!(selector));
         }
         if !entry_ops.is_empty() {
             ops.push(test);
@@ -217,44 +232,30 @@ fn plan(
 /// replicas; a configuration deleted by mistake comes back.
 pub const RECREATE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Which configurations this process has seen, and since when each has been missing. One missing at
-/// the first look (URL-mode development, where nothing installed it) is created at once.
+/// Which configurations this process has seen, and since when each has been missing (`None`
+/// while present). One missing at the first look (URL-mode development, where nothing installed
+/// it) is created at once.
 #[derive(Debug, Default)]
-pub struct Absence(std::sync::Mutex<AbsenceState>);
-
-#[derive(Debug, Default)]
-struct AbsenceState {
-    seen: std::collections::HashSet<&'static str>,
-    missing_since: std::collections::HashMap<&'static str, std::time::Instant>,
-}
+pub struct Absence(
+    std::sync::Mutex<std::collections::HashMap<&'static str, Option<std::time::Instant>>>,
+);
 
 impl Absence {
     fn present(&self, name: &'static str) {
-        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        state.seen.insert(name);
-        state.missing_since.remove(name);
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(name, None);
     }
 
     /// Whether a missing configuration may be created now.
     fn may_create(&self, name: &'static str) -> bool {
-        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if !state.seen.contains(name) {
-            return true;
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get_mut(name) {
+            None => true,
+            Some(since) => {
+                since.get_or_insert_with(std::time::Instant::now).elapsed() >= RECREATE_AFTER
+            }
         }
-        let since = *state
-            .missing_since
-            .entry(name)
-            .or_insert_with(std::time::Instant::now);
-        since.elapsed() >= RECREATE_AFTER
     }
-}
-
-/// What one pass wrote.
-#[derive(Debug, Default)]
-pub struct Converged {
-    pub wrote: bool,
-    /// Owned fields of existing entries that were put back (a caBundle a rotation moves on included).
-    pub repairs: Vec<Repair>,
 }
 
 async fn converge<C: Configuration>(
@@ -263,7 +264,7 @@ async fn converge<C: Configuration>(
     bundle: &[u8],
     fence: &Leadership,
     absence: &Absence,
-) -> Result<Converged, IssueError> {
+) -> Result<Option<Written>, IssueError> {
     let api: Api<C> = Api::all(client.clone());
     let want = C::desired(&desired.gates, &desired.target, bundle);
     let current = api.get_opt(C::NAME).await?;
@@ -275,7 +276,7 @@ async fn converge<C: Configuration>(
             after = ?RECREATE_AFTER,
             "the webhook configuration was deleted; re-created if still missing after a while (an uninstall stops the replicas first)"
         );
-        return Ok(Converged::default());
+        return Ok(None);
     }
     let Some(current) = current else {
         // Not installed (URL-mode development) or deleted and still missing: create it whole.
@@ -287,10 +288,10 @@ async fn converge<C: Configuration>(
             &Patch::Apply(&want),
         )
         .await?;
-        return Ok(Converged {
-            wrote: true,
-            repairs: Vec::new(),
-        });
+        return Ok(Some(Written {
+            reference: want.object_ref(&()),
+            fields: Vec::new(),
+        }));
     };
     let (ops, repaired) = plan(
         &current.entries(),
@@ -299,7 +300,7 @@ async fn converge<C: Configuration>(
         |name| want.entry_json(name),
     );
     if ops.is_empty() {
-        return Ok(Converged::default());
+        return Ok(None);
     }
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
@@ -310,34 +311,25 @@ async fn converge<C: Configuration>(
     fence.check()?;
     api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
         .await?;
-    Ok(Converged {
-        wrote: true,
-        repairs: repaired
-            .into_iter()
-            .map(|(entry, field)| Repair {
-                configuration: C::NAME,
-                entry,
-                field,
-            })
-            .collect(),
-    })
+    Ok(Some(Written {
+        reference: current.object_ref(&()),
+        fields: repaired,
+    }))
 }
 
-/// Brings both configurations to the desired state with `bundle`.
+/// Brings both configurations to the desired state with `bundle`; the ones it wrote.
 pub async fn converge_all(
     client: &Client,
     desired: &Desired,
     bundle: &[u8],
     fence: &Leadership,
     absence: &Absence,
-) -> Result<Converged, IssueError> {
-    let mut mutating =
+) -> Result<Vec<Written>, IssueError> {
+    let mutating =
         converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence, absence).await?;
     let validating =
         converge::<ValidatingWebhookConfiguration>(client, desired, bundle, fence, absence).await?;
-    mutating.wrote |= validating.wrote;
-    mutating.repairs.extend(validating.repairs);
-    Ok(mutating)
+    Ok(mutating.into_iter().chain(validating).collect())
 }
 
 /// One entry as the API server has it.
@@ -472,8 +464,7 @@ mod tests {
             .0
             .lock()
             .unwrap()
-            .missing_since
-            .insert("c", std::time::Instant::now() - RECREATE_AFTER);
+            .insert("c", Some(std::time::Instant::now() - RECREATE_AFTER));
         assert!(absence.may_create("c"), "still missing after the grace");
         absence.present("c");
         assert!(!absence.may_create("c"), "a new absence waits again");
@@ -522,7 +513,7 @@ mod tests {
         assert_eq!(ops[1]["value"], json!("Fail"));
         assert_eq!(ops[2]["value"], json!(10));
         assert_eq!(ops[3]["value"], json!({"matchLabels": {"team": "a"}}));
-        let fields: Vec<&str> = repaired.iter().map(|(_, f)| *f).collect();
+        let fields: Vec<&str> = repaired.iter().map(|(_, f)| f.name()).collect();
         assert_eq!(
             fields,
             ["failurePolicy", "timeoutSeconds", "namespaceSelector"]
@@ -549,7 +540,7 @@ mod tests {
         let (ops, repaired) = plan(&[view("e", &elsewhere)], &[view("e", &want)], false, |_| {
             None
         });
-        assert_eq!(repaired, [("e".to_owned(), "clientConfig.caBundle")]);
+        assert_eq!(repaired, [("e".to_owned(), OwnedField::CaBundle)]);
         assert_eq!(
             ops_of(&ops),
             [
@@ -657,7 +648,7 @@ mod tests {
             .unwrap();
             drop(client);
             let seen = server.await.unwrap();
-            assert!(wrote.wrote);
+            assert!(!wrote.is_empty());
             for write in [&seen[1], &seen[3]] {
                 assert_eq!(write.content_type, "application/apply-patch+yaml");
                 assert!(
@@ -707,7 +698,7 @@ mod tests {
             .unwrap();
             drop(client);
             let seen = server.await.unwrap();
-            assert!(wrote.wrote);
+            assert!(!wrote.is_empty());
             let patch = &seen[1];
             assert_eq!(patch.content_type, "application/json-patch+json");
             let ops = patch.body.as_array().unwrap();

@@ -81,25 +81,22 @@ pub fn parse_namespace_label(text: &str) -> Result<NamespaceLabel, String> {
     let (prefix, name) = key
         .rsplit_once('/')
         .map_or((None, key), |(p, n)| (Some(p), n));
-    let name_ok = |n: &str, max: usize| {
+    let name_ok = |n: &str| {
         !n.is_empty()
-            && n.len() <= max
+            && n.len() <= 63
             && n.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
             && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
             && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        p.len() <= 253
-            && p.split('.')
-                .all(|part| name_ok(part, 63) && !part.contains('_'))
-    });
-    if !name_ok(name, 63) || !prefix_ok {
+    let prefix_ok =
+        prefix.is_none_or(|p| p.len() <= 253 && p.split('.').all(crate::names::is_dns_label));
+    if !name_ok(name) || !prefix_ok {
         return Err(format!("{key:?} is not a label key"));
     }
     if let Some(value) = value
         && !value.is_empty()
-        && !name_ok(value, 63)
+        && !name_ok(value)
     {
         return Err(format!("{value:?} is not a label value"));
     }
