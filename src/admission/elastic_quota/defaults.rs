@@ -1,16 +1,24 @@
 //! Defaults filled in on ElasticQuota CREATE: parent, tree id and shared weight.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Mutator, Step};
+use crate::admission::elastic_quota::ledger::POLL;
 use crate::admission::outcome::{PluginResult, Rejection};
 use crate::apis::ElasticQuota;
 use crate::apis::elastic_quota::ResourceList;
 use crate::apis::keys::{QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA};
 
 pub const SHARED_WEIGHT: &str = "quota.scheduling.koordinator.sh/shared-weight";
+
+/// How long a create waits for its parent to reach a watched cache. A tree applied in one go
+/// (`kubectl apply -f tree.yaml`) creates the parent a moment before the child, and the mutating
+/// webhook runs before the watch has always delivered the parent; Koordinator's webhook sees it at
+/// once because its validator writes its tree. Bounded, and spent only when the parent is missing.
+const PARENT_WAIT: Duration = Duration::from_secs(2);
 
 pub struct FillQuotaDefaults;
 
@@ -29,8 +37,31 @@ impl Mutator<ElasticQuota> for FillQuotaDefaults {
         {
             return Ok(()).into();
         }
-        fill(ctx, quota).into()
+        // Only a cache fed by a watch (cluster mode, where the ledger is) can still receive it.
+        let watched = ctx.services.quota_ledger.is_some();
+        match missing_parent(ctx, quota) {
+            Some(parent) if watched => Step::Pending(Box::pin(async move {
+                let started = tokio::time::Instant::now();
+                while ctx.cache.topology().get(&parent).is_none() && started.elapsed() < PARENT_WAIT
+                {
+                    tokio::time::sleep(POLL).await;
+                }
+                fill(ctx, quota)
+            })),
+            _ => fill(ctx, quota).into(),
+        }
     }
+}
+
+/// The parent the create names (not the root) when the tree id must come from it and the cache
+/// does not hold it.
+fn missing_parent(ctx: &Ctx<'_, ElasticQuota>, quota: &ElasticQuota) -> Option<String> {
+    let labels = quota.metadata.labels.as_ref()?;
+    let parent = labels
+        .get(QUOTA_PARENT)
+        .filter(|p| !p.is_empty() && *p != ROOT_QUOTA)?;
+    let has_tree_id = labels.get(QUOTA_TREE_ID).is_some_and(|t| !t.is_empty());
+    (!has_tree_id && ctx.cache.topology().get(parent).is_none()).then(|| parent.clone())
 }
 
 fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {

@@ -34,7 +34,7 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_secs(15);
 /// The longest a request waits for the changes before it; then a retryable denial.
 pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// How often a waiting request looks at its cache again.
-const POLL: Duration = Duration::from_millis(10);
+pub const POLL: Duration = Duration::from_millis(10);
 
 /// The ledger as admission uses it: the store, and this replica's own serialisation.
 pub struct Ledger {

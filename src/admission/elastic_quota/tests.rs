@@ -585,3 +585,76 @@ proptest! {
         prop_assert_eq!(&live, &QuotaTopology::from_quotas(objects.values()));
     }
 }
+
+/// A tree applied in one go: the child's create reaches /mutate before the watch has delivered its
+/// parent. In cluster mode (a watched cache, where the ledger is) the mutator waits for the parent
+/// and takes its tree id; without the parent at all it still answers "parent not exist".
+#[test]
+fn a_child_created_just_after_its_parent_waits_for_the_parent() {
+    use crate::admission::Admission;
+    use crate::admission::env::Services;
+    use crate::admission::ports::memory::MemoryLedgerStore;
+    use crate::admission::webhooks::MUTATE_ELASTIC_QUOTA;
+    use crate::cache::{CacheWriter, CachedObject};
+    use crate::metrics::Metrics;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut writer = CacheWriter::default();
+    let services = Services {
+        quota_ledger: Some(std::sync::Arc::new(MemoryLedgerStore::default())),
+        ..Default::default()
+    };
+    let admission =
+        Admission::new(writer.reader(), gates(), Metrics::new()).with_services(services);
+    let review = |parent: &str| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "operation": "CREATE", "userInfo": {}, "namespace": "ns",
+                "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
+                "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
+                "object": eq("child", json!({"parent": parent}), spec("1", "2"))
+            }
+        }))
+        .unwrap()
+    };
+    let response = runtime.block_on(async {
+        let (body, admission) = (review("parent"), &admission);
+        let answer = async move {
+            admission
+                .review(MUTATE_ELASTIC_QUOTA, &body, None)
+                .await
+                .unwrap()
+        };
+        let arrives = async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            writer.apply(CachedObject::ElasticQuota(eq(
+                "parent",
+                json!({"is-parent": "true", "tree-id": "t"}),
+                spec("8", "16"),
+            )));
+        };
+        tokio::join!(answer, arrives).0
+    });
+    let response: Value = serde_json::from_slice(&response).unwrap();
+    assert_eq!(response["response"]["allowed"], true, "{response}");
+    let patch = response["response"]["patch"].as_str().unwrap();
+    use base64::Engine;
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(patch)
+        .unwrap();
+    let patch = String::from_utf8(patch).unwrap();
+    assert!(
+        patch.contains("tree-id") && patch.contains("\"t\""),
+        "{patch}"
+    );
+
+    let out = runtime.block_on(admission.review(MUTATE_ELASTIC_QUOTA, &review("nowhere"), None));
+    let denied: Value = serde_json::from_slice(&out.unwrap()).unwrap();
+    let message = denied["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("parent not exist"), "{denied}");
+}
