@@ -95,6 +95,12 @@ pub struct EntryFlags {
         value_parser = crate::install::webhook_configurations::parse_namespace_label
     )]
     pub excluded_namespace_labels: Vec<crate::install::webhook_configurations::NamespaceLabel>,
+    /// `on`: the API server calls only for requests whose answer can differ from "allowed,
+    /// unchanged" (each entry's `matchConditions`, written by the operator); `off`: every request
+    /// the entries' rules select, as Koordinator registers them.
+    #[arg(long, env = "KOORD_WEBHOOK_NARROW_CALLS", default_value = "on",
+          value_parser = crate::install::webhook_configurations::parse_on_off)]
+    pub narrow_calls: bool,
 }
 
 impl Default for EntryFlags {
@@ -105,6 +111,7 @@ impl Default for EntryFlags {
                 crate::install::webhook_configurations::DEFAULT_TIMEOUT_SECONDS,
             excluded_namespaces: Vec::new(),
             excluded_namespace_labels: Vec::new(),
+            narrow_calls: true,
         }
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod endpoint;
 pub(crate) mod env;
 pub(crate) mod json_write;
 pub mod metrics;
+pub mod narrowing;
 pub(crate) mod node;
 pub(crate) mod offload;
 pub(crate) mod outcome;

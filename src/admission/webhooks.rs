@@ -1,6 +1,7 @@
 //! The admission endpoints and the webhook configuration entries that route to them
 //! (docs/admission.md). The server, `review`, the manifests and the operator all read this table.
 
+use super::narrowing::Narrowing;
 use crate::features::Gate;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,8 @@ pub struct EntrySpec {
     pub exclude_system_namespaces: bool,
     pub object_selector: Option<(&'static str, &'static str)>,
     pub side_effects: &'static str,
+    /// Which requests the entry needs when calls are narrowed (`--narrow-calls`).
+    pub narrowing: Narrowing,
 }
 
 const fn entry(
@@ -68,6 +71,7 @@ const fn entry(
         exclude_system_namespaces: false,
         object_selector: None,
         side_effects: "None",
+        narrowing: Narrowing::Wide,
     }
 }
 
@@ -96,6 +100,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             EntrySpec {
                 exclude_system_namespaces: true,
                 object_selector: Some(("pod.koordinator.sh/mutating-update", "true")),
+                // Every rule of /mutate-pod acts on CREATE only (docs/admission.md).
+                narrowing: Narrowing::Never,
                 ..entry("mpod-update.koordinator.sh", &["UPDATE"], "", "v1", "pods")
             },
         ],
@@ -141,13 +147,16 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
         resource: "elasticquotas",
         sub_resource: "",
         failure_policy: FailurePolicy::Fail,
-        entries: &[entry(
-            "velasticquota.koordinator.sh",
-            &["CREATE", "UPDATE", "DELETE"],
-            "scheduling.sigs.k8s.io",
-            "v1alpha1",
-            "elasticquotas",
-        )],
+        entries: &[EntrySpec {
+            narrowing: Narrowing::ElasticQuotaChange,
+            ..entry(
+                "velasticquota.koordinator.sh",
+                &["CREATE", "UPDATE", "DELETE"],
+                "scheduling.sigs.k8s.io",
+                "v1alpha1",
+                "elasticquotas",
+            )
+        }],
     },
     WebhookSpec {
         path: MUTATE_NODE_STATUS,
@@ -156,13 +165,16 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
         resource: "nodes",
         sub_resource: "status",
         failure_policy: FailurePolicy::Ignore,
-        entries: &[entry(
-            "mnode-status.koordinator.sh",
-            &["CREATE", "UPDATE"],
-            "",
-            "v1",
-            "nodes/status",
-        )],
+        entries: &[EntrySpec {
+            narrowing: Narrowing::NodeStatus,
+            ..entry(
+                "mnode-status.koordinator.sh",
+                &["CREATE", "UPDATE"],
+                "",
+                "v1",
+                "nodes/status",
+            )
+        }],
     },
     WebhookSpec {
         path: VALIDATE_NODE,
@@ -171,13 +183,16 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
         resource: "nodes",
         sub_resource: "",
         failure_policy: FailurePolicy::Ignore,
-        entries: &[entry(
-            "vnode.koordinator.sh",
-            &["CREATE", "UPDATE"],
-            "",
-            "v1",
-            "nodes",
-        )],
+        entries: &[EntrySpec {
+            narrowing: Narrowing::NodeValidation,
+            ..entry(
+                "vnode.koordinator.sh",
+                &["CREATE", "UPDATE"],
+                "",
+                "v1",
+                "nodes",
+            )
+        }],
     },
     WebhookSpec {
         path: MUTATE_RESERVATION,

@@ -59,6 +59,8 @@ pub struct ConfigurationStatus {
 pub struct EntryStatus {
     pub name: String,
     pub failure_policy: String,
+    /// The names of its matchConditions: empty when every request its rules select is sent.
+    pub match_conditions: Vec<String>,
 }
 
 #[derive(Serialize, Debug)]
@@ -224,6 +226,7 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
                 .map(|e| EntryStatus {
                     name: e.name,
                     failure_policy: e.failure_policy,
+                    match_conditions: e.match_conditions,
                 })
                 .collect(),
         })
@@ -355,7 +358,16 @@ pub fn render_text(status: &Status) -> String {
         };
         let _ = writeln!(out, "{}: {state}", c.name);
         for e in &c.entries {
-            let _ = writeln!(out, "  {} (failurePolicy {})", e.name, e.failure_policy);
+            let calls = if e.match_conditions.is_empty() {
+                "every request".to_owned()
+            } else {
+                format!("narrowed by {}", e.match_conditions.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "  {} (failurePolicy {}; {calls})",
+                e.name, e.failure_policy
+            );
         }
     }
     if let Some(ready) = status.ready_endpoints {

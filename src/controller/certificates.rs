@@ -101,9 +101,31 @@ impl Issuer {
     /// published (Normal), other owned fields put back after a hand edit (Warning, naming each).
     async fn record_writes(&self, written: &[webhook_configs::Written]) {
         for configuration in written {
-            let (endpoint, drift): (Vec<_>, Vec<_>) = configuration
+            if let Some(refusal) = &configuration.narrowing_refused {
+                self.event_on(
+                    &configuration.reference,
+                    EventType::Warning,
+                    "NarrowingRefused",
+                    format!("the API server refused the matchConditions, entries written wide: {refusal}"),
+                )
+                .await;
+            }
+            let (conditions, fields): (Vec<_>, Vec<_>) = configuration
                 .fields
                 .iter()
+                .partition(|(_, field)| *field == webhook_configs::OwnedField::MatchConditions);
+            if !conditions.is_empty() {
+                let entries: Vec<&str> = conditions.iter().map(|(e, _)| e.as_str()).collect();
+                self.event_on(
+                    &configuration.reference,
+                    EventType::Normal,
+                    "MatchConditionsChanged",
+                    format!("which requests are sent changed on {}", entries.join(", ")),
+                )
+                .await;
+            }
+            let (endpoint, drift): (Vec<_>, Vec<_>) = fields
+                .into_iter()
                 .partition(|(_, field)| field.is_endpoint());
             if !endpoint.is_empty() {
                 let entries: Vec<&str> = endpoint.iter().map(|(e, _)| e.as_str()).collect();

@@ -12,7 +12,8 @@
 //! test of the entry's name; a configuration that does not exist at all is created whole.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
@@ -35,6 +36,7 @@ struct EntryView<'a> {
     failure_policy: Option<&'a str>,
     timeout_seconds: Option<i32>,
     namespace_selector: Option<&'a LabelSelector>,
+    match_conditions: Option<&'a Vec<MatchCondition>>,
 }
 
 /// A field of an entry the operator owns.
@@ -46,6 +48,8 @@ pub enum OwnedField {
     FailurePolicy,
     TimeoutSeconds,
     NamespaceSelector,
+    /// Which requests the entry is sent (`--narrow-calls`).
+    MatchConditions,
 }
 
 impl OwnedField {
@@ -57,6 +61,7 @@ impl OwnedField {
             OwnedField::FailurePolicy => "failurePolicy",
             OwnedField::TimeoutSeconds => "timeoutSeconds",
             OwnedField::NamespaceSelector => "namespaceSelector",
+            OwnedField::MatchConditions => "matchConditions",
         }
     }
 
@@ -82,6 +87,8 @@ pub struct Written {
     pub reference: k8s_openapi::api::core::v1::ObjectReference,
     /// (entry name, field) of each owned field of an existing entry that was set.
     pub fields: Vec<(String, OwnedField)>,
+    /// The API server refused the narrowed entries (the message); they were written wide.
+    pub narrowing_refused: Option<String>,
 }
 
 trait Configuration:
@@ -109,6 +116,7 @@ macro_rules! configuration {
                         failure_policy: w.failure_policy.as_deref(),
                         timeout_seconds: w.timeout_seconds,
                         namespace_selector: w.namespace_selector.as_ref(),
+                        match_conditions: w.match_conditions.as_ref(),
                     })
                     .collect()
             }
@@ -165,9 +173,9 @@ fn same_selector(a: Option<&LabelSelector>, b: Option<&LabelSelector>) -> bool {
 /// The JSON patch that brings `current` to `want` in the fields the operator owns (empty when
 /// nothing differs), and the owned fields of existing entries it puts back. `entry` renders a wanted
 /// entry the configuration lacks.
-fn plan(
-    current: &[EntryView<'_>],
-    want: &[EntryView<'_>],
+fn plan<'a>(
+    current: &[EntryView<'a>],
+    want: &[EntryView<'a>],
     owns_endpoint: bool,
     entry: impl Fn(&str) -> Option<Value>,
 ) -> (Vec<Value>, Vec<(String, OwnedField)>) {
@@ -205,6 +213,13 @@ fn plan(
         if !same_selector(wanted.namespace_selector, have.namespace_selector) {
             let selector = wanted.namespace_selector.cloned().unwrap_or_default();
             set(OwnedField::NamespaceSelector, json!(selector));
+        }
+        let conditions = |c: Option<&'a Vec<MatchCondition>>| c.map_or(&[][..], Vec::as_slice);
+        if conditions(wanted.match_conditions) != conditions(have.match_conditions) {
+            set(
+                OwnedField::MatchConditions,
+                json!(conditions(wanted.match_conditions)),
+            );
         }
         if !entry_ops.is_empty() {
             ops.push(test);
@@ -291,6 +306,7 @@ async fn converge<C: Configuration>(
         return Ok(Some(Written {
             reference: want.object_ref(&()),
             fields: Vec::new(),
+            narrowing_refused: None,
         }));
     };
     let (ops, repaired) = plan(
@@ -314,7 +330,49 @@ async fn converge<C: Configuration>(
     Ok(Some(Written {
         reference: current.object_ref(&()),
         fields: repaired,
+        narrowing_refused: None,
     }))
+}
+
+/// [`converge`], falling back to wide entries when the API server refuses the narrowed ones (an
+/// expression it does not accept: a write is all or nothing, so nothing of the refused one was
+/// stored). Wide entries only cost calls; refused ones would leave the caBundle unpublished.
+async fn converge_or_widen<C: Configuration>(
+    client: &Client,
+    desired: &Desired,
+    bundle: &[u8],
+    fence: &Leadership,
+    absence: &Absence,
+) -> Result<Option<Written>, IssueError> {
+    match converge::<C>(client, desired, bundle, fence, absence).await {
+        Err(IssueError::Kube(kube::Error::Api(refusal)))
+            if refusal.code == 422 && desired.target.narrow_calls =>
+        {
+            tracing::warn!(
+                configuration = C::NAME,
+                error = %refusal.message,
+                "the API server refused the narrowed webhook entries; writing them wide"
+            );
+            let wide = Desired {
+                gates: desired.gates,
+                target: WebhookTarget {
+                    narrow_calls: false,
+                    ..desired.target.clone()
+                },
+            };
+            let written = converge::<C>(client, &wide, bundle, fence, absence).await?;
+            let reference = written.as_ref().map_or_else(
+                || C::desired(&wide.gates, &wide.target, bundle).object_ref(&()),
+                |w| w.reference.clone(),
+            );
+            Ok(Some(Written {
+                reference,
+                fields: written.map(|w| w.fields).unwrap_or_default(),
+                narrowing_refused: Some(refusal.message),
+            }))
+        }
+        other => other,
+    }
 }
 
 /// Brings both configurations to the desired state with `bundle`; the ones it wrote.
@@ -326,9 +384,12 @@ pub async fn converge_all(
     absence: &Absence,
 ) -> Result<Vec<Written>, IssueError> {
     let mutating =
-        converge::<MutatingWebhookConfiguration>(client, desired, bundle, fence, absence).await?;
-    let validating =
-        converge::<ValidatingWebhookConfiguration>(client, desired, bundle, fence, absence).await?;
+        converge_or_widen::<MutatingWebhookConfiguration>(client, desired, bundle, fence, absence)
+            .await?;
+    let validating = converge_or_widen::<ValidatingWebhookConfiguration>(
+        client, desired, bundle, fence, absence,
+    )
+    .await?;
     Ok(mutating.into_iter().chain(validating).collect())
 }
 
@@ -340,6 +401,8 @@ pub struct PublishedEntry {
     pub ca_bundle: Vec<u8>,
     /// Called through a Service (else a URL).
     pub via_service: bool,
+    /// The names of its matchConditions.
+    pub match_conditions: Vec<String>,
 }
 
 async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec<PublishedEntry>>> {
@@ -358,6 +421,12 @@ async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec
                     .map(|b| b.0.clone())
                     .unwrap_or_default(),
                 via_service: e.client_config.service.is_some(),
+                match_conditions: e
+                    .match_conditions
+                    .into_iter()
+                    .flatten()
+                    .map(|c| c.name.clone())
+                    .collect(),
             })
             .collect()
     }))
@@ -437,6 +506,7 @@ mod tests {
             failure_policy: None,
             timeout_seconds: None,
             namespace_selector: None,
+            match_conditions: None,
         }
     }
 

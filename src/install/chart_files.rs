@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::admission::narrowing::Calls;
 use crate::admission::webhooks::{WEBHOOKS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::install::{WebhookTarget, rbac, webhook_configurations};
@@ -21,14 +22,19 @@ const VALUE_FIELDS: &[&str] = &[
 ];
 
 /// `{mutating: [...], validating: [...]}`: per entry its gate (and the gate's default), its path,
-/// the table's failurePolicy, whether it skips the system namespaces, and every other field as
-/// rendered (`base`).
+/// the table's failurePolicy, whether it skips the system namespaces, what it is called for when
+/// calls are narrowed (`neverCalled`, `matchConditions`), and every other field as rendered wide
+/// (`base`).
 fn webhook_table() -> Result<Value, serde_json::Error> {
     let mut every_gate = FeatureGates::default();
     for gate in crate::features::Gate::all() {
         every_gate.set(gate, true);
     }
-    let target = WebhookTarget::default();
+    // Wide: every entry, without conditions; the template adds them when narrowing is on.
+    let target = WebhookTarget {
+        narrow_calls: false,
+        ..WebhookTarget::default()
+    };
     let mut out = json!({"mutating": [], "validating": []});
     let rendered = [
         (
@@ -62,8 +68,11 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
                         fields.remove(*field);
                     }
                 }
+                let calls = entry.narrowing.calls();
                 out[key].as_array_mut().expect("an array").push(json!({
                     "name": entry.name,
+                    "neverCalled": calls == Calls::Never,
+                    "matchConditions": calls.match_conditions(),
                     "gate": spec.gate.name(),
                     "gateDefault": spec.gate.default_enabled(),
                     "path": spec.path,

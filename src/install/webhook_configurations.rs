@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 
+use crate::admission::narrowing::Calls;
 use crate::admission::webhooks::{EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind, WebhookSpec};
 use crate::cli::EntryFlags;
 use crate::features::FeatureGates;
@@ -37,6 +38,18 @@ pub struct WebhookTarget {
     pub excluded_namespaces: Vec<String>,
     /// Namespace labels that exempt a namespace from the pod entries (`--exclude-namespace-label`).
     pub excluded_namespace_labels: Vec<NamespaceLabel>,
+    /// Entries carry the `matchConditions` of their rules, and entries no request needs are left
+    /// out (`--narrow-calls`, docs/narrowing.md).
+    pub narrow_calls: bool,
+}
+
+/// `on` or `off` (`--narrow-calls`).
+pub fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: expected on or off")),
+    }
 }
 
 /// `KEY` (a namespace carrying the label, whatever its value) or `KEY=VALUE`.
@@ -114,6 +127,7 @@ impl Default for WebhookTarget {
             failure_policies: Vec::new(),
             excluded_namespaces: Vec::new(),
             excluded_namespace_labels: Vec::new(),
+            narrow_calls: true,
         }
     }
 }
@@ -154,6 +168,7 @@ impl WebhookTarget {
             failure_policies: entries.failure_policies.clone(),
             excluded_namespaces: entries.excluded_namespaces.clone(),
             excluded_namespace_labels: entries.excluded_namespace_labels.clone(),
+            narrow_calls: entries.narrow_calls,
         }
     }
 
@@ -174,6 +189,9 @@ impl WebhookTarget {
         }
         for label in &self.excluded_namespace_labels {
             args.push(format!("--exclude-namespace-label={}", label.arg()));
+        }
+        if !self.narrow_calls {
+            args.push("--narrow-calls=off".to_owned());
         }
         args
     }
@@ -209,6 +227,15 @@ impl WebhookTarget {
                 match_labels: None,
             }
         })
+    }
+
+    /// What the entry is called for under these settings.
+    pub fn calls(&self, entry: &EntrySpec) -> Calls {
+        if self.narrow_calls {
+            entry.narrowing.calls()
+        } else {
+            Calls::All
+        }
     }
 
     fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
@@ -263,14 +290,20 @@ fn object_selector(entry: &EntrySpec) -> Option<LabelSelector> {
     })
 }
 
-fn enabled(
-    gates: &FeatureGates,
+/// The entries registered: their endpoint's gate on, and some request needing them.
+fn enabled<'a>(
+    gates: &'a FeatureGates,
+    target: &'a WebhookTarget,
     kind: WebhookKind,
-) -> impl Iterator<Item = (&'static WebhookSpec, &'static EntrySpec)> {
+) -> impl Iterator<Item = (&'static WebhookSpec, &'static EntrySpec, Calls)> + 'a {
     WEBHOOKS
         .iter()
         .filter(move |w| w.kind == kind && gates.enabled(w.gate))
         .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
+        .filter_map(|(w, e)| match target.calls(e) {
+            Calls::Never => None,
+            calls => Some((w, e, calls)),
+        })
 }
 
 fn metadata(name: &str) -> ObjectMeta {
@@ -287,8 +320,8 @@ pub fn mutating(
     target: &WebhookTarget,
     ca_bundle: Option<&[u8]>,
 ) -> MutatingWebhookConfiguration {
-    let webhooks = enabled(gates, WebhookKind::Mutating)
-        .map(|(w, e)| MutatingWebhook {
+    let webhooks = enabled(gates, target, WebhookKind::Mutating)
+        .map(|(w, e, calls)| MutatingWebhook {
             name: e.name.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: target.client_config(w.path, ca_bundle),
@@ -300,7 +333,7 @@ pub fn mutating(
             timeout_seconds: Some(target.timeout_seconds),
             reinvocation_policy: Some("Never".to_owned()),
             match_policy: Some("Equivalent".to_owned()),
-            match_conditions: None,
+            match_conditions: calls.match_conditions(),
         })
         .collect();
     MutatingWebhookConfiguration {
@@ -315,8 +348,8 @@ pub fn validating(
     target: &WebhookTarget,
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhookConfiguration {
-    let webhooks = enabled(gates, WebhookKind::Validating)
-        .map(|(w, e)| ValidatingWebhook {
+    let webhooks = enabled(gates, target, WebhookKind::Validating)
+        .map(|(w, e, calls)| ValidatingWebhook {
             name: e.name.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: target.client_config(w.path, ca_bundle),
@@ -327,7 +360,7 @@ pub fn validating(
             side_effects: e.side_effects.to_owned(),
             timeout_seconds: Some(target.timeout_seconds),
             match_policy: Some("Equivalent".to_owned()),
-            match_conditions: None,
+            match_conditions: calls.match_conditions(),
         })
         .collect();
     ValidatingWebhookConfiguration {
@@ -406,7 +439,11 @@ mod tests {
     #[test]
     fn entries_follow_the_table_and_the_gates() {
         let gates = FeatureGates::default();
-        let m = mutating(&gates, &WebhookTarget::default(), None);
+        let wide = WebhookTarget {
+            narrow_calls: false,
+            ..WebhookTarget::default()
+        };
+        let m = mutating(&gates, &wide, None);
         let names: Vec<_> = m.webhooks.unwrap().iter().map(|w| w.name.clone()).collect();
         assert_eq!(
             names,
@@ -418,6 +455,15 @@ mod tests {
                 "mreservation-create.koordinator.sh"
             ]
         );
+        assert!(
+            mutating(&gates, &wide, None)
+                .webhooks
+                .unwrap()
+                .iter()
+                .all(|w| w.match_conditions.is_none()),
+            "wide entries carry no conditions"
+        );
+        assert!(wide.entry_args().contains(&"--narrow-calls=off".to_owned()));
         let off: FeatureGates = "PodMutatingWebhook=false".parse().unwrap();
         let m = mutating(&off, &WebhookTarget::default(), None);
         assert!(
@@ -498,5 +544,47 @@ mod tests {
         );
         assert!(parse_failure_policy("vpod.koordinator.sh=Maybe").is_err());
         assert!(parse_failure_policy("vpod.koordinator.sh").is_err());
+    }
+
+    #[test]
+    fn narrowed_entries_carry_their_conditions_and_drop_what_no_request_needs() {
+        let target = WebhookTarget::default();
+        assert!(target.entry_args().is_empty(), "on is the default");
+        let m = mutating(&FeatureGates::default(), &target, None);
+        let v = validating(&FeatureGates::default(), &target, None);
+        let conditions: Vec<(String, Vec<String>)> = m
+            .webhooks
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.name, w.match_conditions))
+            .chain(
+                v.webhooks
+                    .unwrap()
+                    .into_iter()
+                    .map(|w| (w.name, w.match_conditions)),
+            )
+            .map(|(name, c)| (name, c.into_iter().flatten().map(|c| c.name).collect()))
+            .collect();
+        let named = |entry: &str| {
+            conditions
+                .iter()
+                .find(|(name, _)| name == entry)
+                .map(|(_, c)| c.clone())
+        };
+        assert_eq!(named("mpod-update.koordinator.sh"), None, "left out");
+        assert_eq!(named("mpod-create.koordinator.sh"), Some(vec![]));
+        assert_eq!(named("vpod.koordinator.sh"), Some(vec![]));
+        assert_eq!(
+            named("mnode-status.koordinator.sh"),
+            Some(vec!["koord-amplified-node".to_owned()])
+        );
+        assert_eq!(
+            named("vnode.koordinator.sh"),
+            Some(vec!["koord-node-rules".to_owned()])
+        );
+        assert_eq!(
+            named("velasticquota.koordinator.sh"),
+            Some(vec!["koord-quota-tree-change".to_owned()])
+        );
     }
 }

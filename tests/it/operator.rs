@@ -71,7 +71,11 @@ async fn fresh_install_rotation_drift_and_loss() {
     let bundle = data(&tls_secret, "ca.crt");
     assert_eq!(bundle.trim(), ca_pem.trim());
     let published = bundles(&client).await;
-    assert_eq!(published.len(), 9, "every entry of the webhook table");
+    assert_eq!(
+        published.len(),
+        8,
+        "every entry of the webhook table but mpod-update (narrowed away)"
+    );
     assert!(
         published.iter().all(|b| *b == bundle.as_bytes()),
         "caBundle on every entry"
@@ -577,4 +581,156 @@ async fn broken_secrets_are_repaired_without_failed_admissions() {
         ok + failures.len(),
         &failures[..failures.len().min(3)]
     );
+}
+
+/// The value of `koord_webhook_admission_requests_total` for one path (0 before its first request).
+fn requests_to(metrics: &str, path: &str) -> u64 {
+    let prefix = format!("koord_webhook_admission_requests_total{{webhook=\"{path}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// The narrowed entries through a real kube-apiserver: it accepts the expressions (it compiles and
+/// checks them on every write), and calls the webhook for what they select and only that, counted
+/// by the webhook's own request counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrowed_entries_are_accepted_and_skip_what_they_say() {
+    use k8s_openapi::api::core::v1::Node;
+    use koord_webhook::apis::ElasticQuota;
+
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let operator = cluster.operator("replica-a", &[]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let m = mutating.get(MUTATING).await.unwrap();
+    let v = validating.get(VALIDATING).await.unwrap();
+    let conditions = |name: &str| -> Option<Vec<String>> {
+        let m_entries = m
+            .webhooks
+            .iter()
+            .flatten()
+            .map(|w| (&w.name, &w.match_conditions));
+        let v_entries = v
+            .webhooks
+            .iter()
+            .flatten()
+            .map(|w| (&w.name, &w.match_conditions));
+        m_entries
+            .chain(v_entries)
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, c)| c.iter().flatten().map(|c| c.name.clone()).collect())
+    };
+    assert_eq!(conditions("mpod-update.koordinator.sh"), None);
+    assert_eq!(
+        conditions("mnode-status.koordinator.sh"),
+        Some(vec!["koord-amplified-node".to_owned()])
+    );
+    assert_eq!(
+        conditions("velasticquota.koordinator.sh"),
+        Some(vec!["koord-quota-tree-change".to_owned()])
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+
+    // A plain node's status updates are not sent; an amplified node's are, and are amplified.
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "narrow-n1"}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let status = |cpu: &str| {
+        json!({"status": {"capacity": {"cpu": cpu, "memory": "8Gi"},
+                          "allocatable": {"cpu": cpu, "memory": "8Gi"}}})
+    };
+    let count = |path: &'static str| {
+        let operator = &operator;
+        async move { requests_to(&operator.metrics().await, path) }
+    };
+    let before = count("/mutate-node-status").await;
+    nodes
+        .patch_status(
+            "narrow-n1",
+            &PatchParams::default(),
+            &Patch::Merge(status("4")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        count("/mutate-node-status").await,
+        before,
+        "plain node: skipped"
+    );
+    let validate_before = count("/validate-node").await;
+    nodes
+        .patch(
+            "narrow-n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "node.koordinator.sh/resource-amplification-ratio": "{\"cpu\":2}"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        count("/validate-node").await,
+        validate_before + 1,
+        "new ratios: validated"
+    );
+    let amplified = nodes
+        .patch_status(
+            "narrow-n1",
+            &PatchParams::default(),
+            &Patch::Merge(status("3")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        count("/mutate-node-status").await,
+        before + 1,
+        "amplified node: sent"
+    );
+    let allocatable = amplified.status.unwrap().allocatable.unwrap();
+    assert_eq!(allocatable["cpu"].0, "6", "the ratio applied");
+
+    // A quota's child-request write is not sent to the tree rules; a spec change is.
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "default");
+    let quota: ElasticQuota = serde_json::from_value(json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": {"name": "narrow-q", "namespace": "default"},
+        "spec": {"min": {"cpu": "1"}, "max": {"cpu": "4", "memory": "8Gi"}}}))
+    .unwrap();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    let path = "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+    let before = count(path).await;
+    quotas
+        .patch(
+            "narrow-q",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "quota.scheduling.koordinator.sh/child-request": "{\"cpu\":\"1\"}"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(count(path).await, before, "child-request write: skipped");
+    quotas
+        .patch(
+            "narrow-q",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"max": {"cpu": "5"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(count(path).await, before + 1, "spec change: sent");
+    let err = quotas
+        .patch(
+            "narrow-q",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"min": {"cpu": "9"}}})),
+        )
+        .await
+        .expect_err("min above max is denied: the rules still run where they act")
+        .to_string();
+    assert!(err.contains("min 9 > max 5"), "{err}");
 }

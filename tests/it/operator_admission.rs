@@ -406,7 +406,16 @@ spec:
             .as_array()
             .unwrap()
             .len(),
-        5
+        4,
+        "the mutating entries but mpod-update, which narrowing leaves out"
+    );
+    assert!(
+        status["configurations"][0]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["matchConditions"] == serde_json::json!(["koord-amplified-node"])),
+        "{status}"
     );
     assert!(
         status["recentEvents"]
@@ -421,7 +430,8 @@ spec:
     assert!(
         text.contains(": healthy")
             && text.contains("caBundle in sync")
-            && text.contains("failurePolicy Fail"),
+            && text.contains("failurePolicy Fail")
+            && text.contains("narrowed by koord-amplified-node"),
         "{text}"
     );
     eprintln!("`koord-webhook status`, healthy:\n{text}");

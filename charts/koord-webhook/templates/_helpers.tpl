@@ -39,6 +39,9 @@ app.kubernetes.io/name: koord-webhook
 {{- $_ := set $out "clientConfig" (dict "service" $service) }}
 {{- $_ := set $out "failurePolicy" (include "koord-webhook.failurePolicy" (list $root $entry)) }}
 {{- $_ := set $out "timeoutSeconds" (int $root.Values.webhooks.timeoutSeconds) }}
+{{- if and $root.Values.webhooks.narrowCalls $entry.matchConditions }}
+{{- $_ := set $out "matchConditions" $entry.matchConditions }}
+{{- end }}
 {{- if $entry.excludeSystemNamespaces }}
 {{- $names := concat (list $root.Release.Namespace "kube-system") $root.Values.webhooks.excludeNamespaces }}
 {{- $expressions := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $names) }}
@@ -83,6 +86,9 @@ app.kubernetes.io/name: koord-webhook
 {{- end }}
 {{- range .Values.webhooks.excludeNamespaceLabels }}
 - --exclude-namespace-label={{ . }}
+{{- end }}
+{{- if not .Values.webhooks.narrowCalls }}
+- --narrow-calls=off
 {{- end }}
 {{- if eq .Values.certificates.mode "external" }}
 - --cert-mode=external

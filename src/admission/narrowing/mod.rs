@@ -1,0 +1,88 @@
+//! Which requests an entry needs: the `matchConditions` the operator writes so that the API server
+//! calls koord-webhook only when the answer can differ from "allowed, unchanged" (docs/narrowing.md).
+//!
+//! Each entry of the webhook table names its [`Narrowing`]; [`Narrowing::calls`] turns it into the
+//! conditions, written from the rules of that entry's endpoint (docs/admission.md). A condition may
+//! be wider than its rules (an extra call costs a little), never narrower (a missed call changes an
+//! answer): the property test in `tests.rs` evaluates these very expressions against random
+//! requests and checks that every skipped one would have been allowed unchanged.
+
+pub mod cel;
+mod elastic_quota;
+mod node;
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::admissionregistration::v1::MatchCondition;
+
+/// How an entry of the webhook table is narrowed when `--narrow-calls=on`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Narrowing {
+    /// Every request the rules select is sent (what the entry's rules read is not in the request
+    /// alone, or every request can change the answer).
+    Wide,
+    /// No request can change the answer: the entry is not registered.
+    Never,
+    /// `nodes/status` updates of nodes with amplification annotations.
+    NodeStatus,
+    /// Node creates and updates the node rules can deny.
+    NodeValidation,
+    /// ElasticQuota changes the tree rules read.
+    ElasticQuotaChange,
+}
+
+/// What an entry is called for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Calls {
+    /// Every request its rules and selectors match.
+    All,
+    /// Only requests meeting every condition (the API server ANDs them).
+    When(Vec<Condition>),
+    /// None: the entry is left out.
+    Never,
+}
+
+/// One named CEL expression; a request is sent when it is true.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    pub name: &'static str,
+    pub expression: String,
+}
+
+impl Condition {
+    pub fn to_match_condition(&self) -> MatchCondition {
+        MatchCondition {
+            name: self.name.to_owned(),
+            expression: self.expression.clone(),
+        }
+    }
+}
+
+impl Narrowing {
+    pub fn calls(self) -> Calls {
+        match self {
+            Narrowing::Wide => Calls::All,
+            Narrowing::Never => Calls::Never,
+            Narrowing::NodeStatus => Calls::When(vec![node::status_condition()]),
+            Narrowing::NodeValidation => Calls::When(vec![node::validation_condition()]),
+            Narrowing::ElasticQuotaChange => {
+                Calls::When(vec![elastic_quota::validation_condition()])
+            }
+        }
+    }
+}
+
+impl Calls {
+    /// The entry's `matchConditions` (`None` when it is sent every request).
+    pub fn match_conditions(&self) -> Option<Vec<MatchCondition>> {
+        match self {
+            Calls::When(conditions) => Some(
+                conditions
+                    .iter()
+                    .map(Condition::to_match_condition)
+                    .collect(),
+            ),
+            Calls::All | Calls::Never => None,
+        }
+    }
+}
