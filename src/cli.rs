@@ -98,7 +98,7 @@ pub struct EntryFlags {
     /// `on`: the API server calls only for requests whose answer can differ from "allowed,
     /// unchanged" (each entry's `matchConditions`, written by the operator); `off`: every request
     /// the entries' rules select, as Koordinator registers them.
-    #[arg(long, env = "KOORD_WEBHOOK_NARROW_CALLS", default_value = "on",
+    #[arg(long, env = "KOORD_WEBHOOK_NARROW_CALLS", default_value = "on", action = clap::ArgAction::Set,
           value_parser = crate::install::webhook_configurations::parse_on_off)]
     pub narrow_calls: bool,
 }

@@ -551,6 +551,39 @@ mod tests {
     }
 
     #[test]
+    fn match_conditions_are_set_and_cleared_and_none_equals_empty() {
+        let c = service(b"CA");
+        let narrowed = vec![MatchCondition {
+            name: "koord-amplified-node".to_owned(),
+            expression: "true".to_owned(),
+        }];
+        let empty = Vec::new();
+        let with = |conditions| EntryView {
+            match_conditions: conditions,
+            ..view("e", &c)
+        };
+        let (ops, fields) = plan(&[with(None)], &[with(Some(&narrowed))], false, |_| None);
+        assert_eq!(
+            ops_of(&ops),
+            [
+                ("test".to_owned(), "/webhooks/0/name".to_owned()),
+                ("add".to_owned(), "/webhooks/0/matchConditions".to_owned())
+            ]
+        );
+        assert_eq!(ops[1]["value"][0]["name"], "koord-amplified-node");
+        assert_eq!(fields, [("e".to_owned(), OwnedField::MatchConditions)]);
+        // Narrowing turned off: the conditions go.
+        let (ops, _) = plan(&[with(Some(&narrowed))], &[with(None)], false, |_| None);
+        assert_eq!(ops[1]["value"], json!([]));
+        // The API server stores no list for an empty one: nothing to do.
+        assert!(
+            plan(&[with(None)], &[with(Some(&empty))], false, |_| None)
+                .0
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn hand_edits_of_owned_fields_are_put_back_and_named() {
         let c = service(b"CA");
         let configured = LabelSelector {

@@ -181,6 +181,19 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
     ]);
     assert!(chart.contains("- --exclude-namespace-label=tier=infra"));
     assert_same_objects(&chart, &binary, "settings");
+
+    // Narrowing off: every entry as Koordinator registers it, without conditions.
+    let chart = helm_template(
+        "koordinator-system",
+        &["createNamespace=true", "webhooks.narrowCalls=false"],
+    );
+    let binary = manifests(&["--narrow-calls=off"]);
+    assert!(chart.contains("- --narrow-calls=off") && chart.contains("mpod-update.koordinator.sh"));
+    assert!(!chart.contains("matchConditions"));
+    assert_same_objects(&chart, &binary, "narrowing off");
+    let narrowed = helm_template("koordinator-system", &["createNamespace=true"]);
+    assert!(!narrowed.contains("mpod-update.koordinator.sh"));
+    assert!(narrowed.contains("name: koord-amplified-node"));
 }
 
 /// Bad values stop the render with a message rather than installing something else.
