@@ -562,32 +562,9 @@ fn conditions_are_sent_where_the_rules_act() {
         "",
     );
     let calls = quota.narrowing.calls();
-    assert_eq!(
-        sent(
-            &calls,
-            &request(
-                resource,
-                "UPDATE",
-                Some(bigger),
-                Some(q.clone()),
-                Some("ns")
-            )
-        ),
-        Ok(true)
-    );
-    assert_eq!(
-        sent(
-            &calls,
-            &request(
-                resource,
-                "UPDATE",
-                Some(counted),
-                Some(q.clone()),
-                Some("ns")
-            )
-        ),
-        Ok(false)
-    );
+    let update = |new: Value| request(resource, "UPDATE", Some(new), Some(q.clone()), Some("ns"));
+    assert_eq!(sent(&calls, &update(bigger)), Ok(true));
+    assert_eq!(sent(&calls, &update(counted)), Ok(false));
     assert_eq!(
         sent(
             &calls,
