@@ -267,3 +267,128 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
     );
     assert_eq!(service, "koord-elsewhere");
 }
+
+/// How long the API server takes to act on a widened webhook entry (its informer on webhook
+/// configurations): a narrowed `vnode` entry is widened by a write, and node updates are made until
+/// the webhook sees one. Each widening must take effect (within 10 s); the delays are printed
+/// (docs/narrowing.md quotes them), never asserted as timings.
+#[tokio::test]
+async fn widened_entries_take_effect_after_the_api_servers_informer_delay() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Patch, PatchParams};
+    use std::time::{Duration, Instant};
+
+    let cp = ControlPlane::start();
+    let client = cp.client().await;
+    let server = TestServer::start(
+        koord_webhook::cache::Cache::empty(),
+        FeatureGates::default(),
+    )
+    .await;
+    let cert = server
+        .shared
+        .state
+        .resolver
+        .current()
+        .unwrap()
+        .cert_pem
+        .clone();
+    let target = WebhookTarget::from_flags(
+        Some("127.0.0.1"),
+        server.addr.port(),
+        &koord_webhook::cli::EntryFlags::default(),
+    );
+    let configs =
+        render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();
+    cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&configs));
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let name = koord_webhook::names::VALIDATING_CONFIGURATION;
+    let index = configurations
+        .get(name)
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap()
+        .iter()
+        .position(|w| w.name == "vnode.koordinator.sh")
+        .unwrap();
+    let narrowed = target.calls(
+        koord_webhook::admission::webhooks::WEBHOOKS
+            .iter()
+            .flat_map(|w| w.entries)
+            .find(|e| e.name == "vnode.koordinator.sh")
+            .unwrap(),
+    );
+    let set_conditions = |conditions: serde_json::Value| {
+        let configurations = configurations.clone();
+        async move {
+            let patch: json_patch::Patch = serde_json::from_value(json!([
+                {"op": "add", "path": format!("/webhooks/{index}/matchConditions"), "value": conditions}
+            ]))
+            .unwrap();
+            configurations
+                .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+                .unwrap();
+        }
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "informer-n1"}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let seen = || support::requests_to(&server.shared.state.metrics.encode(), "/validate-node");
+    let mut tick = 0u32;
+    let mut touch = || {
+        tick += 1;
+        let nodes = nodes.clone();
+        let patch = json!({"metadata": {"annotations": {"tick": tick.to_string()}}});
+        async move {
+            nodes
+                .patch("informer-n1", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    };
+    let mut delays = Vec::new();
+    for _ in 0..5 {
+        // Narrow, and wait until an annotation-only update is no longer sent.
+        set_conditions(json!(narrowed.match_conditions().unwrap())).await;
+        let start = Instant::now();
+        loop {
+            let before = seen();
+            touch().await;
+            if seen() == before {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "narrowing never took effect"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Widen, and time until the same update is sent again.
+        set_conditions(json!([])).await;
+        let widened = Instant::now();
+        loop {
+            let before = seen();
+            touch().await;
+            if seen() > before {
+                break;
+            }
+            assert!(
+                widened.elapsed() < Duration::from_secs(10),
+                "a widened entry was not called within 10 s"
+            );
+        }
+        delays.push(widened.elapsed());
+    }
+    delays.sort();
+    eprintln!(
+        "widening took effect after (min/median/max of {}): {:?} / {:?} / {:?}",
+        delays.len(),
+        delays[0],
+        delays[delays.len() / 2],
+        delays[delays.len() - 1]
+    );
+    server.stop().await;
+}

@@ -583,17 +583,6 @@ async fn broken_secrets_are_repaired_without_failed_admissions() {
     );
 }
 
-/// The value of `koord_webhook_admission_requests_total` for one path (0 before its first request).
-fn requests_to(metrics: &str, path: &str) -> u64 {
-    let prefix = format!("koord_webhook_admission_requests_total{{webhook=\"{path}\"");
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
-}
-
 /// The narrowed entries through a real kube-apiserver: it accepts the expressions (it compiles and
 /// checks them on every write), and calls the webhook for what they select and only that, counted
 /// by the webhook's own request counter.
@@ -647,7 +636,7 @@ async fn narrowed_entries_are_accepted_and_skip_what_they_say() {
     };
     let count = |path: &'static str| {
         let operator = &operator;
-        async move { requests_to(&operator.metrics().await, path) }
+        async move { support::requests_to(&operator.metrics().await, path) }
     };
     let before = count("/mutate-node-status").await;
     nodes

@@ -103,6 +103,17 @@ pub fn new_pair(name: &str) -> PemPair {
     .unwrap()
 }
 
+/// The value of `koord_webhook_admission_requests_total` for one path (0 before its first request).
+pub fn requests_to(metrics: &str, path: &str) -> u64 {
+    let prefix = format!("koord_webhook_admission_requests_total{{webhook=\"{path}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     /// The plain-HTTP operations port (metrics, health, debug enabled).
