@@ -98,63 +98,59 @@ impl Issuer {
     }
 
     /// One Event per configuration and kind of write, regarding the configuration: the caBundle
-    /// published (Normal), other owned fields put back after a hand edit (Warning, naming each).
+    /// published (Normal), which requests are sent changed (Normal), other owned fields put back
+    /// after a hand edit (Warning, naming each), narrowed entries refused and written wide (Warning).
     async fn record_writes(&self, written: &[webhook_configs::Written]) {
+        use webhook_configs::WriteKind;
         for configuration in written {
             if let Some(refusal) = &configuration.narrowing_refused {
+                let note = format!(
+                    "the API server refused the matchConditions, entries written wide: {refusal}"
+                );
                 self.event_on(
                     &configuration.reference,
                     EventType::Warning,
                     "NarrowingRefused",
-                    format!("the API server refused the matchConditions, entries written wide: {refusal}"),
-                )
-                .await;
-            }
-            let (conditions, fields): (Vec<_>, Vec<_>) = configuration
-                .fields
-                .iter()
-                .partition(|(_, field)| *field == webhook_configs::OwnedField::MatchConditions);
-            if !conditions.is_empty() {
-                let entries: Vec<&str> = conditions.iter().map(|(e, _)| e.as_str()).collect();
-                self.event_on(
-                    &configuration.reference,
-                    EventType::Normal,
-                    "MatchConditionsChanged",
-                    format!("which requests are sent changed on {}", entries.join(", ")),
-                )
-                .await;
-            }
-            let (endpoint, drift): (Vec<_>, Vec<_>) = fields
-                .into_iter()
-                .partition(|(_, field)| field.is_endpoint());
-            if !endpoint.is_empty() {
-                let entries: Vec<&str> = endpoint.iter().map(|(e, _)| e.as_str()).collect();
-                let note = format!("caBundle published on {}", entries.join(", "));
-                self.event_on(
-                    &configuration.reference,
-                    EventType::Normal,
-                    "CABundlePublished",
                     note,
                 )
                 .await;
             }
-            if !drift.is_empty() {
-                let fields: Vec<String> = drift
+            for kind in [WriteKind::Endpoint, WriteKind::Calls, WriteKind::Drift] {
+                let fields: Vec<_> = configuration
+                    .fields
                     .iter()
-                    .map(|(e, f)| format!("{e} {}", f.name()))
+                    .filter(|(_, field)| field.write_kind() == kind)
                     .collect();
-                let note = format!(
-                    "put back to the configured value (edit the install's settings instead): {}",
-                    fields.join(", ")
-                );
-                tracing::warn!(configuration = ?configuration.reference.name, "{note}");
-                self.event_on(
-                    &configuration.reference,
-                    EventType::Warning,
-                    "DriftRepaired",
-                    note,
-                )
-                .await;
+                if fields.is_empty() {
+                    continue;
+                }
+                let entries: Vec<&str> = fields.iter().map(|(e, _)| e.as_str()).collect();
+                let (type_, reason, note) = match kind {
+                    WriteKind::Endpoint => (
+                        EventType::Normal,
+                        "CABundlePublished",
+                        format!("caBundle published on {}", entries.join(", ")),
+                    ),
+                    WriteKind::Calls => (
+                        EventType::Normal,
+                        "MatchConditionsChanged",
+                        format!("which requests are sent changed on {}", entries.join(", ")),
+                    ),
+                    WriteKind::Drift => {
+                        let named: Vec<String> = fields
+                            .iter()
+                            .map(|(e, f)| format!("{e} {}", f.name()))
+                            .collect();
+                        let note = format!(
+                            "put back to the configured value (edit the install's settings instead): {}",
+                            named.join(", ")
+                        );
+                        tracing::warn!(configuration = ?configuration.reference.name, "{note}");
+                        (EventType::Warning, "DriftRepaired", note)
+                    }
+                };
+                self.event_on(&configuration.reference, type_, reason, note)
+                    .await;
             }
         }
     }

@@ -106,16 +106,11 @@ async fn crds_serve_objects_and_the_install_manifests_pass_a_dry_run() {
     }
 }
 
-#[tokio::test]
-async fn the_api_server_calls_the_webhook_over_tls() {
-    let cp = ControlPlane::start();
-    install_crds(&cp);
-    let client = cp.client().await;
-    cp.kubectl_ok(&["create", "namespace", "team-a"], None);
-
-    let cache = load_state(&fixture("state/quota-tree.yaml"))
-        .unwrap()
-        .reader();
+/// A test server with `cache`, and the webhook configurations pointing at it (URL mode) applied.
+async fn serve_in_url_mode(
+    cp: &ControlPlane,
+    cache: koord_webhook::cache::Cache,
+) -> (TestServer, WebhookTarget) {
     let server = TestServer::start(cache, FeatureGates::default()).await;
     let cert = server
         .shared
@@ -133,6 +128,20 @@ async fn the_api_server_calls_the_webhook_over_tls() {
     let configs =
         render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();
     cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&configs));
+    (server, target)
+}
+
+#[tokio::test]
+async fn the_api_server_calls_the_webhook_over_tls() {
+    let cp = ControlPlane::start();
+    install_crds(&cp);
+    let client = cp.client().await;
+    cp.kubectl_ok(&["create", "namespace", "team-a"], None);
+
+    let cache = load_state(&fixture("state/quota-tree.yaml"))
+        .unwrap()
+        .reader();
+    let (server, _) = serve_in_url_mode(&cp, cache).await;
 
     // Denied by /validate-pod, with the message users search for.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
@@ -281,27 +290,7 @@ async fn widened_entries_take_effect_after_the_api_servers_informer_delay() {
 
     let cp = ControlPlane::start();
     let client = cp.client().await;
-    let server = TestServer::start(
-        koord_webhook::cache::Cache::empty(),
-        FeatureGates::default(),
-    )
-    .await;
-    let cert = server
-        .shared
-        .state
-        .resolver
-        .current()
-        .unwrap()
-        .cert_pem
-        .clone();
-    let target = WebhookTarget::from_flags(
-        Some("127.0.0.1"),
-        server.addr.port(),
-        &koord_webhook::cli::EntryFlags::default(),
-    );
-    let configs =
-        render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();
-    cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&configs));
+    let (server, target) = serve_in_url_mode(&cp, koord_webhook::cache::Cache::empty()).await;
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let name = koord_webhook::names::VALIDATING_CONFIGURATION;
     let index = configurations

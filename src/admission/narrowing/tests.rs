@@ -29,47 +29,78 @@ fn entry(narrowing: Narrowing) -> (&'static WebhookSpec, &'static EntrySpec) {
         .expect("an entry with this narrowing")
 }
 
-/// Whether the API server would send the request: every condition true. An error is a failure.
-fn sent(calls: &Calls, request: &Value) -> Result<bool, String> {
-    let conditions = match calls {
-        Calls::All => return Ok(true),
-        Calls::Never => return Ok(false),
-        Calls::When(conditions) => conditions,
-    };
-    let mut context = ::cel::Context::default();
-    let mut bare = request.clone();
-    let object = bare
-        .as_object_mut()
-        .and_then(|r| r.remove("object"))
-        .unwrap_or(Value::Null);
-    let old = bare
-        .as_object_mut()
-        .and_then(|r| r.remove("oldObject"))
-        .unwrap_or(Value::Null);
-    context
-        .add_variable("object", object)
-        .map_err(|e| e.to_string())?;
-    context
-        .add_variable("oldObject", old)
-        .map_err(|e| e.to_string())?;
-    context
-        .add_variable("request", bare)
-        .map_err(|e| e.to_string())?;
-    for condition in conditions {
-        let program = ::cel::Program::compile(&condition.expression)
-            .map_err(|e| format!("{}: {e}", condition.name))?;
-        match program.execute(&context) {
-            Ok(::cel::Value::Bool(true)) => {}
-            Ok(::cel::Value::Bool(false)) => return Ok(false),
-            Ok(other) => return Err(format!("{}: not a bool: {other:?}", condition.name)),
-            Err(e) => return Err(format!("{}: {e}", condition.name)),
+/// An entry's conditions, compiled once.
+enum Compiled {
+    All,
+    Never,
+    When(Vec<(&'static str, ::cel::Program)>),
+}
+
+impl Compiled {
+    fn new(calls: &Calls) -> Self {
+        match calls {
+            Calls::All => Compiled::All,
+            Calls::Never => Compiled::Never,
+            Calls::When(conditions) => Compiled::When(
+                conditions
+                    .iter()
+                    .map(|c| {
+                        let program = ::cel::Program::compile(&c.expression)
+                            .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                        (c.name, program)
+                    })
+                    .collect(),
+            ),
         }
     }
-    Ok(true)
+
+    /// Whether the API server would send the request: every condition true. An error is a
+    /// failure.
+    fn sends(&self, request: &Value) -> Result<bool, String> {
+        let programs = match self {
+            Compiled::All => return Ok(true),
+            Compiled::Never => return Ok(false),
+            Compiled::When(programs) => programs,
+        };
+        let mut context = ::cel::Context::default();
+        let mut bare = request.clone();
+        let mut take = |key: &str| {
+            bare.as_object_mut()
+                .and_then(|r| r.remove(key))
+                .unwrap_or(Value::Null)
+        };
+        let (object, old) = (take("object"), take("oldObject"));
+        for (name, value) in [("object", object), ("oldObject", old), ("request", bare)] {
+            context
+                .add_variable(name, value)
+                .map_err(|e| e.to_string())?;
+        }
+        for (name, program) in programs {
+            match program.execute(&context) {
+                Ok(::cel::Value::Bool(true)) => {}
+                Ok(::cel::Value::Bool(false)) => return Ok(false),
+                Ok(other) => return Err(format!("{name}: not a bool: {other:?}")),
+                Err(e) => return Err(format!("{name}: {e}")),
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn sent(calls: &Calls, request: &Value) -> Result<bool, String> {
+    Compiled::new(calls).sends(request)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// The endpoint's answer: (allowed, has a patch).
 fn answer(
+    runtime: &tokio::runtime::Runtime,
     spec: &WebhookSpec,
     gates: FeatureGates,
     cache: Vec<CachedObject>,
@@ -84,10 +115,6 @@ fn answer(
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request
     }))
     .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let out = runtime
         .block_on(admission.review(spec.path, &body, None))
         .expect("an answer");
@@ -198,6 +225,8 @@ where
 {
     let (spec, entry) = entry(narrowing);
     let calls = entry.narrowing.calls();
+    let compiled = Compiled::new(&calls);
+    let runtime = runtime();
     let mut runner = TestRunner::new_with_rng(
         Config {
             cases: CASES,
@@ -210,14 +239,15 @@ where
     for _ in 0..CASES {
         let tree = strategy.new_tree(&mut runner).unwrap();
         let (request, gates, cache) = tree.current();
-        let send = sent(&calls, &request)
+        let send = compiled
+            .sends(&request)
             .unwrap_or_else(|e| panic!("{}: a condition errors: {e}\n{request:#}", entry.name));
         if send {
             sent_count += 1;
             continue;
         }
         skipped += 1;
-        let (allowed, patched, response) = answer(spec, gates, cache, &request);
+        let (allowed, patched, response) = answer(&runtime, spec, gates, cache, &request);
         assert!(
             allowed && !patched,
             "{}: skipped by the conditions, but the endpoint answers {response:#}\nfor {request:#}",
@@ -512,6 +542,7 @@ fn the_profile_of_the_never_test_does_mutate_creates() {
         Some("ns1"),
     );
     let (allowed, patched, response) = answer(
+        &runtime(),
         spec,
         FeatureGates::default(),
         vec![CachedObject::ColocationProfile(profile)],

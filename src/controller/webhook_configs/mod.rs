@@ -1,0 +1,421 @@
+//! Keeping the two webhook configurations as the gates and flags say, with the CA bundle on every
+//! entry (docs/certificates.md).
+//!
+//! The operator owns the fields it is configured with: each entry's `clientConfig.caBundle`,
+//! `failurePolicy`, `timeoutSeconds` and `namespaceSelector` (the entry flags of `serve`, which the
+//! manifests and the chart pass on), and the whole `clientConfig` when it is told where the API
+//! server calls it (`--webhook-host`, URL mode). A hand edit of one of them is put back and recorded
+//! as an Event naming the entry and the field, so what runs is what the install says. The rest of an
+//! entry (rules, object selectors, ...) belongs to whoever installed it, and re-applying the
+//! manifests (or `helm upgrade`) after the operator has run neither conflicts nor drops the
+//! caBundle. Changes are JSON patches (an update by field manager `koord-webhook`), each guarded by a
+//! test of the entry's name; a configuration that does not exist at all is created whole.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+
+use super::certificates::IssueError;
+use super::leader::Leadership;
+use crate::features::FeatureGates;
+use crate::install::webhook_configurations;
+use crate::install::{ClientConfigMode, WebhookTarget};
+use crate::names::{FIELD_MANAGER, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+
+/// The parts of an entry the operator reads and decides.
+#[derive(Debug)]
+struct EntryView<'a> {
+    name: &'a str,
+    client_config: &'a WebhookClientConfig,
+    failure_policy: Option<&'a str>,
+    timeout_seconds: Option<i32>,
+    namespace_selector: Option<&'a LabelSelector>,
+    match_conditions: Option<&'a Vec<MatchCondition>>,
+}
+
+/// A field of an entry the operator owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnedField {
+    /// The whole `clientConfig` (URL mode).
+    ClientConfig,
+    CaBundle,
+    FailurePolicy,
+    TimeoutSeconds,
+    NamespaceSelector,
+    /// Which requests the entry is sent (`--narrow-calls`).
+    MatchConditions,
+}
+
+impl OwnedField {
+    /// The JSON path within the entry.
+    fn path(self) -> &'static str {
+        match self {
+            OwnedField::ClientConfig => "clientConfig",
+            OwnedField::CaBundle => "clientConfig/caBundle",
+            OwnedField::FailurePolicy => "failurePolicy",
+            OwnedField::TimeoutSeconds => "timeoutSeconds",
+            OwnedField::NamespaceSelector => "namespaceSelector",
+            OwnedField::MatchConditions => "matchConditions",
+        }
+    }
+
+    /// The field as people name it (Events, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            OwnedField::CaBundle => "clientConfig.caBundle",
+            other => other.path(),
+        }
+    }
+
+    /// Why a write of this field happens, which decides the Event that records it.
+    pub fn write_kind(self) -> WriteKind {
+        match self {
+            OwnedField::ClientConfig | OwnedField::CaBundle => WriteKind::Endpoint,
+            OwnedField::MatchConditions => WriteKind::Calls,
+            OwnedField::FailurePolicy
+            | OwnedField::TimeoutSeconds
+            | OwnedField::NamespaceSelector => WriteKind::Drift,
+        }
+    }
+}
+
+/// Why an owned field was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// Where the API server calls and with which CA: written at install and at every rotation.
+    Endpoint,
+    /// Which requests are sent (`--narrow-calls`): follows the rules, not drift.
+    Calls,
+    /// A setting edited by hand, put back.
+    Drift,
+}
+
+/// One configuration the pass wrote: created whole (no fields listed) or patched in these fields.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The configuration, for the Events about it.
+    pub reference: k8s_openapi::api::core::v1::ObjectReference,
+    /// (entry name, field) of each owned field of an existing entry that was set.
+    pub fields: Vec<(String, OwnedField)>,
+    /// The API server refused the narrowed entries (the message); they were written wide.
+    pub narrowing_refused: Option<String>,
+}
+
+trait Configuration:
+    kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
+{
+    const NAME: &'static str;
+    fn entries(&self) -> Vec<EntryView<'_>>;
+    /// Entry `name` as JSON (to add an entry the configuration lacks).
+    fn entry_json(&self, name: &str) -> Option<Value>;
+    fn desired(gates: &FeatureGates, target: &WebhookTarget, bundle: &[u8]) -> Self;
+}
+
+/// The two configuration kinds differ only in their entry type.
+macro_rules! configuration {
+    ($kind:ty, $name:expr, $render:path) => {
+        impl Configuration for $kind {
+            const NAME: &'static str = $name;
+            fn entries(&self) -> Vec<EntryView<'_>> {
+                self.webhooks
+                    .iter()
+                    .flatten()
+                    .map(|w| EntryView {
+                        name: &w.name,
+                        client_config: &w.client_config,
+                        failure_policy: w.failure_policy.as_deref(),
+                        timeout_seconds: w.timeout_seconds,
+                        namespace_selector: w.namespace_selector.as_ref(),
+                        match_conditions: w.match_conditions.as_ref(),
+                    })
+                    .collect()
+            }
+            fn entry_json(&self, name: &str) -> Option<Value> {
+                let entry = self.webhooks.iter().flatten().find(|w| w.name == name)?;
+                serde_json::to_value(entry).ok()
+            }
+            fn desired(gates: &FeatureGates, target: &WebhookTarget, bundle: &[u8]) -> Self {
+                $render(gates, target, Some(bundle))
+            }
+        }
+    };
+}
+
+configuration!(
+    MutatingWebhookConfiguration,
+    MUTATING_CONFIGURATION,
+    webhook_configurations::mutating
+);
+configuration!(
+    ValidatingWebhookConfiguration,
+    VALIDATING_CONFIGURATION,
+    webhook_configurations::validating
+);
+
+/// What the operator wants published.
+#[derive(Clone, Debug)]
+pub struct Desired {
+    pub gates: FeatureGates,
+    pub target: WebhookTarget,
+}
+
+impl Desired {
+    /// The operator owns where the API server calls it only when it was told (URL mode); the
+    /// Service reference is the manifests'.
+    fn owns_endpoint(&self) -> bool {
+        matches!(self.target.mode, ClientConfigMode::Url { .. })
+    }
+
+    /// The same with every entry sent every request its rules select.
+    fn wide(&self) -> Self {
+        Self {
+            gates: self.gates,
+            target: WebhookTarget {
+                narrow_calls: false,
+                ..self.target.clone()
+            },
+        }
+    }
+}
+
+/// An absent selector and an empty one select the same (the API server stores `{}` for none).
+fn same_selector(a: Option<&LabelSelector>, b: Option<&LabelSelector>) -> bool {
+    let empty = LabelSelector::default();
+    let norm = |s: Option<&LabelSelector>| {
+        let s = s.unwrap_or(&empty);
+        (
+            s.match_labels.clone().unwrap_or_default(),
+            s.match_expressions.clone().unwrap_or_default(),
+        )
+    };
+    norm(a) == norm(b)
+}
+
+/// The JSON patch that brings `current` to `want` in the fields the operator owns (empty when
+/// nothing differs), and the owned fields of existing entries it puts back. `entry` renders a wanted
+/// entry the configuration lacks.
+fn plan<'a>(
+    current: &[EntryView<'a>],
+    want: &[EntryView<'a>],
+    owns_endpoint: bool,
+    entry: impl Fn(&str) -> Option<Value>,
+) -> (Vec<Value>, Vec<(String, OwnedField)>) {
+    let mut ops = Vec::new();
+    let mut repaired = Vec::new();
+    let mut removals = Vec::new();
+    for (i, have) in current.iter().enumerate() {
+        let test = json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": have.name});
+        let Some(wanted) = want.iter().find(|w| w.name == have.name) else {
+            // An entry for a gate that is off (left by an older install or another manager).
+            removals.push([
+                test,
+                json!({"op": "remove", "path": format!("/webhooks/{i}")}),
+            ]);
+            continue;
+        };
+        let mut entry_ops = Vec::new();
+        let mut set = |field: OwnedField, value: Value| {
+            // `add` sets the member whether or not it is there.
+            let path = format!("/webhooks/{i}/{}", field.path());
+            entry_ops.push(json!({"op": "add", "path": path, "value": value}));
+            repaired.push((have.name.to_owned(), field));
+        };
+        if owns_endpoint && wanted.client_config != have.client_config {
+            set(OwnedField::ClientConfig, json!(wanted.client_config));
+        } else if wanted.client_config.ca_bundle != have.client_config.ca_bundle {
+            set(OwnedField::CaBundle, json!(wanted.client_config.ca_bundle));
+        }
+        if wanted.failure_policy.is_some() && wanted.failure_policy != have.failure_policy {
+            set(OwnedField::FailurePolicy, json!(wanted.failure_policy));
+        }
+        if wanted.timeout_seconds.is_some() && wanted.timeout_seconds != have.timeout_seconds {
+            set(OwnedField::TimeoutSeconds, json!(wanted.timeout_seconds));
+        }
+        if !same_selector(wanted.namespace_selector, have.namespace_selector) {
+            let selector = wanted.namespace_selector.cloned().unwrap_or_default();
+            set(OwnedField::NamespaceSelector, json!(selector));
+        }
+        let conditions = |c: Option<&'a Vec<MatchCondition>>| c.map_or(&[][..], Vec::as_slice);
+        if conditions(wanted.match_conditions) != conditions(have.match_conditions) {
+            set(
+                OwnedField::MatchConditions,
+                json!(conditions(wanted.match_conditions)),
+            );
+        }
+        if !entry_ops.is_empty() {
+            ops.push(test);
+            ops.extend(entry_ops);
+        }
+    }
+    for wanted in want {
+        if !current.iter().any(|c| c.name == wanted.name)
+            && let Some(value) = entry(wanted.name)
+        {
+            ops.push(json!({"op": "add", "path": "/webhooks/-", "value": value}));
+        }
+    }
+    // Removals last and from the end, so the indices before them stay valid.
+    for pair in removals.into_iter().rev() {
+        ops.extend(pair);
+    }
+    (ops, repaired)
+}
+
+/// How long a configuration must stay deleted before the leader creates it again. `helm uninstall`
+/// deletes the webhook configurations a moment before the Deployment; re-creating them at once
+/// would leave entries with failurePolicy Fail pointing at a Service that is about to go, and pod
+/// creation in the whole cluster would fail. By the time this passes, an uninstall has stopped the
+/// replicas; a configuration deleted by mistake comes back.
+pub const RECREATE_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Which configurations this process has seen, and since when each has been missing (`None`
+/// while present). One missing at the first look (URL-mode development, where nothing installed
+/// it) is created at once.
+#[derive(Debug, Default)]
+pub struct Absence(
+    std::sync::Mutex<std::collections::HashMap<&'static str, Option<std::time::Instant>>>,
+);
+
+impl Absence {
+    fn present(&self, name: &'static str) {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        seen.insert(name, None);
+    }
+
+    /// Whether a missing configuration may be created now.
+    fn may_create(&self, name: &'static str) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match seen.get_mut(name) {
+            None => true,
+            Some(since) => {
+                since.get_or_insert_with(std::time::Instant::now).elapsed() >= RECREATE_AFTER
+            }
+        }
+    }
+}
+
+async fn converge<C: Configuration>(
+    client: &Client,
+    desired: &Desired,
+    bundle: &[u8],
+    fence: &Leadership,
+    absence: &Absence,
+) -> Result<Option<Written>, IssueError> {
+    let api: Api<C> = Api::all(client.clone());
+    let want = C::desired(&desired.gates, &desired.target, bundle);
+    let current = api.get_opt(C::NAME).await?;
+    if current.is_some() {
+        absence.present(C::NAME);
+    } else if !absence.may_create(C::NAME) {
+        tracing::warn!(
+            configuration = C::NAME,
+            after = ?RECREATE_AFTER,
+            "the webhook configuration was deleted; re-created if still missing after a while (an uninstall stops the replicas first)"
+        );
+        return Ok(None);
+    }
+    let Some(current) = current else {
+        // Not installed (URL-mode development) or deleted and still missing: create it whole.
+        // Server-side apply rather than a create: RBAC limits an apply's create by name.
+        fence.check()?;
+        api.patch(
+            C::NAME,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&want),
+        )
+        .await?;
+        return Ok(Some(Written {
+            reference: want.object_ref(&()),
+            fields: Vec::new(),
+            narrowing_refused: None,
+        }));
+    };
+    let (ops, repaired) = plan(
+        &current.entries(),
+        &want.entries(),
+        desired.owns_endpoint(),
+        |name| want.entry_json(name),
+    );
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    };
+    fence.check()?;
+    api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
+        .await?;
+    Ok(Some(Written {
+        reference: current.object_ref(&()),
+        fields: repaired,
+        narrowing_refused: None,
+    }))
+}
+
+/// [`converge`], falling back to wide entries when the API server refuses the narrowed ones (an
+/// expression it does not accept: a write is all or nothing, so nothing of the refused one was
+/// stored). Wide entries only cost calls; refused ones would leave the caBundle unpublished.
+async fn converge_or_widen<C: Configuration>(
+    client: &Client,
+    desired: &Desired,
+    bundle: &[u8],
+    fence: &Leadership,
+    absence: &Absence,
+) -> Result<Option<Written>, IssueError> {
+    match converge::<C>(client, desired, bundle, fence, absence).await {
+        Err(IssueError::Kube(kube::Error::Api(refusal)))
+            if refusal.code == 422 && desired.target.narrow_calls =>
+        {
+            tracing::warn!(
+                configuration = C::NAME,
+                error = %refusal.message,
+                "the API server refused the narrowed webhook entries; writing them wide"
+            );
+            let wide = desired.wide();
+            let written = converge::<C>(client, &wide, bundle, fence, absence).await?;
+            let reference = written.as_ref().map_or_else(
+                || C::desired(&wide.gates, &wide.target, bundle).object_ref(&()),
+                |w| w.reference.clone(),
+            );
+            Ok(Some(Written {
+                reference,
+                fields: written.map(|w| w.fields).unwrap_or_default(),
+                narrowing_refused: Some(refusal.message),
+            }))
+        }
+        other => other,
+    }
+}
+
+/// Brings both configurations to the desired state with `bundle`; the ones it wrote.
+pub async fn converge_all(
+    client: &Client,
+    desired: &Desired,
+    bundle: &[u8],
+    fence: &Leadership,
+    absence: &Absence,
+) -> Result<Vec<Written>, IssueError> {
+    let mutating =
+        converge_or_widen::<MutatingWebhookConfiguration>(client, desired, bundle, fence, absence)
+            .await?;
+    let validating = converge_or_widen::<ValidatingWebhookConfiguration>(
+        client, desired, bundle, fence, absence,
+    )
+    .await?;
+    Ok(mutating.into_iter().chain(validating).collect())
+}
+
+pub mod published;
+pub use published::{published_bundle, published_entries};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,89 @@
+//! The webhook configurations as the API server has them: what `status` and the rotation steps read.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::Client;
+use kube::api::Api;
+
+use super::Configuration;
+use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+
+/// One entry as the API server has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishedEntry {
+    pub name: String,
+    pub failure_policy: String,
+    pub ca_bundle: Vec<u8>,
+    /// Called through a Service (else a URL).
+    pub via_service: bool,
+    /// The names of its matchConditions.
+    pub match_conditions: Vec<String>,
+}
+
+async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec<PublishedEntry>>> {
+    let api: Api<C> = Api::all(client.clone());
+    Ok(api.get_opt(C::NAME).await?.map(|config| {
+        config
+            .entries()
+            .iter()
+            .map(|e| PublishedEntry {
+                name: e.name.to_owned(),
+                failure_policy: e.failure_policy.unwrap_or_default().to_owned(),
+                ca_bundle: e
+                    .client_config
+                    .ca_bundle
+                    .as_ref()
+                    .map(|b| b.0.clone())
+                    .unwrap_or_default(),
+                via_service: e.client_config.service.is_some(),
+                match_conditions: e
+                    .match_conditions
+                    .into_iter()
+                    .flatten()
+                    .map(|c| c.name.clone())
+                    .collect(),
+            })
+            .collect()
+    }))
+}
+
+/// The entries of both configurations by configuration name; `None` for a missing configuration.
+pub async fn published_entries(
+    client: &Client,
+) -> kube::Result<[(&'static str, Option<Vec<PublishedEntry>>); 2]> {
+    Ok([
+        (
+            MUTATING_CONFIGURATION,
+            published::<MutatingWebhookConfiguration>(client).await?,
+        ),
+        (
+            VALIDATING_CONFIGURATION,
+            published::<ValidatingWebhookConfiguration>(client).await?,
+        ),
+    ])
+}
+
+/// The bundle the API server uses for every entry of both configurations: `Ok(Err(why))` when they
+/// do not all carry the same non-empty one; `Err` when they could not be read.
+pub async fn published_bundle(client: &Client) -> kube::Result<Result<Vec<u8>, String>> {
+    let mut all = Vec::new();
+    for (name, entries) in published_entries(client).await? {
+        match entries {
+            None => return Ok(Err(format!("{name} does not exist"))),
+            Some(entries) => all.extend(entries.into_iter().map(|e| e.ca_bundle)),
+        }
+    }
+    let first = all.first().cloned().unwrap_or_default();
+    if first.is_empty() {
+        return Ok(Err(
+            "the caBundle of the webhook entries is empty".to_owned()
+        ));
+    }
+    if all.iter().any(|b| *b != first) {
+        return Ok(Err(
+            "the webhook entries carry different caBundles".to_owned()
+        ));
+    }
+    Ok(Ok(first))
+}
