@@ -384,6 +384,11 @@ pub struct OperatorFlags {
     /// written it for this long (longer than an admitted pod takes to be stored or refused).
     #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
     pub child_request_recount_quiet: Duration,
+    /// The leader narrows a pod entry to what its cache needs only once no change needing the
+    /// entry (a profile, a parent quota) has been admitted for this long, nor its cache synced
+    /// (longer than an admitted change takes to be stored and watched).
+    #[arg(long, env = "KOORD_WEBHOOK_NARROW_HOLD", default_value = "120s", value_parser = parse_duration_arg)]
+    pub narrow_hold: Duration,
     /// On SIGTERM, keep serving this long before closing the listener: the API server routes by
     /// EndpointSlices, which on a busy control plane follow a Pod's deletion by several seconds.
     #[arg(long, env = "KOORD_WEBHOOK_DRAIN_DELAY", default_value = "10s", value_parser = parse_duration_arg)]

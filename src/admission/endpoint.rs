@@ -22,7 +22,7 @@ use super::patch;
 use super::pod::object::Pod;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
 use super::webhooks::{FailurePolicy, WebhookSpec};
-use crate::apis::{ElasticQuota, Reservation};
+use crate::apis::{ClusterColocationProfile, ElasticQuota, Reservation};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
 /// The API server's own default when a request names no `?timeout=`.
@@ -36,6 +36,7 @@ pub enum Endpoint {
     Node(TypedEndpoint<Node>),
     Reservation(TypedEndpoint<Reservation>),
     ConfigMap(TypedEndpoint<ConfigMap>),
+    ColocationProfile(TypedEndpoint<ClusterColocationProfile>),
 }
 
 impl Endpoint {
@@ -46,6 +47,7 @@ impl Endpoint {
             Endpoint::Node(e) => e.spec,
             Endpoint::Reservation(e) => e.spec,
             Endpoint::ConfigMap(e) => e.spec,
+            Endpoint::ColocationProfile(e) => e.spec,
         }
     }
 
@@ -63,6 +65,7 @@ impl Endpoint {
             Endpoint::Node(e) => e.review(body, env, api_timeout).await,
             Endpoint::Reservation(e) => e.review(body, env, api_timeout).await,
             Endpoint::ConfigMap(e) => e.review(body, env, api_timeout).await,
+            Endpoint::ColocationProfile(e) => e.review(body, env, api_timeout).await,
         }
     }
 }
@@ -76,7 +79,7 @@ macro_rules! endpoint_from {
         }
     )*};
 }
-endpoint_from!(Pod => Pod, ElasticQuota => ElasticQuota, Node => Node, Reservation => Reservation, ConfigMap => ConfigMap);
+endpoint_from!(Pod => Pod, ElasticQuota => ElasticQuota, Node => Node, Reservation => Reservation, ConfigMap => ConfigMap, ColocationProfile => ClusterColocationProfile);
 
 /// The decoded-object bound every endpoint type meets.
 pub trait Object:

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kube::core::admission::Operation;
 
-use super::ports::{Dice, LedgerStore, QuotaStore, SystemDice};
+use super::ports::{Dice, LedgerStore, PodReachGuard, QuotaStore, SystemDice};
 use super::settings::Settings;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
@@ -27,6 +27,9 @@ pub struct Services {
     pub quota_store: Option<Arc<dyn QuotaStore>>,
     /// The record through which replicas admit ElasticQuota changes one at a time.
     pub quota_ledger: Option<Arc<dyn LedgerStore>>,
+    /// Where narrowed pod entries are widened before a change needs them (cluster mode with
+    /// `--narrow-calls=on`).
+    pub pod_reach: Option<Arc<dyn PodReachGuard>>,
     /// The random source of colocation profile probabilities (default: the system's).
     pub dice: Option<Arc<dyn Dice>>,
 }

@@ -7,6 +7,7 @@
 
 pub(crate) mod chain;
 pub(crate) mod colocation;
+pub(crate) mod colocation_profile;
 pub(crate) mod configmap;
 pub mod elastic_quota;
 pub(crate) mod endpoint;
@@ -166,6 +167,10 @@ fn build_endpoint(spec: &'static WebhookSpec) -> Endpoint {
         MUTATE_RESERVATION => {
             Endpoint::Reservation(TypedEndpoint::mutating(spec, reservation::mutators()))
         }
+        VALIDATE_COLOCATION_PROFILE => Endpoint::ColocationProfile(TypedEndpoint::validating(
+            spec,
+            colocation_profile::validators(),
+        )),
         VALIDATE_CONFIGMAP => {
             Endpoint::ConfigMap(TypedEndpoint::validating(spec, configmap::validators()))
         }

@@ -83,6 +83,7 @@ pub const MUTATE_NODE_STATUS: &str = "/mutate-node-status";
 pub const VALIDATE_NODE: &str = "/validate-node";
 pub const MUTATE_RESERVATION: &str = "/mutate-reservation";
 pub const VALIDATE_CONFIGMAP: &str = "/validate-configmap";
+pub const VALIDATE_COLOCATION_PROFILE: &str = "/validate-clustercolocationprofile";
 
 pub static WEBHOOKS: &[WebhookSpec] = &[
     WebhookSpec {
@@ -95,6 +96,7 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
         entries: &[
             EntrySpec {
                 exclude_system_namespaces: true,
+                narrowing: Narrowing::PodCreate,
                 ..entry("mpod-create.koordinator.sh", &["CREATE"], "", "v1", "pods")
             },
             EntrySpec {
@@ -116,6 +118,7 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
         entries: &[EntrySpec {
             exclude_system_namespaces: true,
             side_effects: "NoneOnDryRun",
+            narrowing: Narrowing::PodValidation,
             ..entry(
                 "vpod.koordinator.sh",
                 &["CREATE", "UPDATE"],
@@ -149,6 +152,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
         failure_policy: FailurePolicy::Fail,
         entries: &[EntrySpec {
             narrowing: Narrowing::ElasticQuotaChange,
+            // Widening a pod entry is a write; a dry run makes none.
+            side_effects: "NoneOnDryRun",
             ..entry(
                 "velasticquota.koordinator.sh",
                 &["CREATE", "UPDATE", "DELETE"],
@@ -224,6 +229,26 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
                 "",
                 "v1",
                 "configmaps",
+            )
+        }],
+    },
+    WebhookSpec {
+        path: VALIDATE_COLOCATION_PROFILE,
+        // It keeps mpod-create narrowed safely, so it lives and dies with /mutate-pod.
+        gate: Gate::PodMutatingWebhook,
+        kind: WebhookKind::Validating,
+        resource: "clustercolocationprofiles",
+        sub_resource: "",
+        failure_policy: FailurePolicy::Fail,
+        entries: &[EntrySpec {
+            narrowing: Narrowing::PodReachGuard,
+            side_effects: "NoneOnDryRun",
+            ..entry(
+                "vclustercolocationprofile.koordinator.sh",
+                &["CREATE", "UPDATE"],
+                "config.koordinator.sh",
+                "v1alpha1",
+                "clustercolocationprofiles",
             )
         }],
     },

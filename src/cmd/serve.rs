@@ -9,7 +9,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::admission::Services;
-use crate::admission::ports::{LedgerStore, QuotaStore};
+use crate::admission::ports::{LedgerStore, PodReachGuard, QuotaStore};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
@@ -23,6 +23,7 @@ use crate::install::WebhookTarget;
 use crate::names::{SERVICE_NAME, namespace};
 use crate::server::{self, Shared};
 use crate::state::State;
+use crate::stores::pod_reach::KubePodReachGuard;
 use crate::stores::quota::KubeQuotaStore;
 use crate::stores::quota_ledger::KubeLedgerStore;
 use crate::tls::CertResolver;
@@ -61,6 +62,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
             target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port, &flags.entries),
         },
         child_request_quiet: flags.child_request_recount_quiet,
+        narrow_hold: flags.narrow_hold,
         verify_host,
     }
 }
@@ -125,6 +127,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 client: client.clone(),
             }) as Arc<dyn LedgerStore>
         }),
+        // Only narrowed pod entries need widening.
+        pod_reach: operator
+            .as_ref()
+            .filter(|_| args.operator.entries.narrow_calls)
+            .map(|(client, _)| {
+                Arc::new(KubePodReachGuard {
+                    client: client.clone(),
+                }) as Arc<dyn PodReachGuard>
+            }),
         dice: None,
     };
     let client_ca = match &args.client_ca_file {

@@ -49,6 +49,8 @@ pub struct Issuer {
     /// Checked right before every write (fencing).
     pub leadership: super::leader::Leadership,
     pub absence: super::webhook_configs::Absence,
+    /// Derives the pod entries' reach (calls narrowed only).
+    pub pod_reach: Option<super::webhook_configs::PodReachSource>,
 }
 
 /// What a pass leaves to do.
@@ -353,6 +355,7 @@ impl Issuer {
             tls.bundle.as_bytes(),
             &self.leadership,
             &self.absence,
+            self.pod_reach.as_ref(),
         )
         .await?;
         self.record_writes(&written).await;

@@ -58,6 +58,9 @@ pub struct OperatorConfig {
     pub desired: Desired,
     /// How long after quota evaluation last wrote a quota the leader may recount its child-request.
     pub child_request_quiet: Duration,
+    /// How long after the last admitted change that needed a pod entry (and after its cache
+    /// synced) the leader may narrow it (`--narrow-hold`).
+    pub narrow_hold: Duration,
     /// The host name the API server calls the webhook at (readiness verifies the pair for it).
     pub verify_host: String,
 }
@@ -102,6 +105,7 @@ pub async fn run(
     };
     let cache = writer.reader();
     let recount_cache = writer.reader();
+    let reach_cache = writer.reader();
 
     let cache_task =
         crate::cache::watch::run(client.clone(), writer, metrics.cache.watch_restarts.clone());
@@ -156,7 +160,14 @@ pub async fn run(
         watch_serving_pair(client.clone(), state.clone(), kick.clone()),
         watch_configurations(client.clone(), kick.clone()),
         watch_ca_secret(client.clone(), kick.clone()),
-        issue_as_leader(client.clone(), &config, leadership, kick.clone(), metrics),
+        issue_as_leader(
+            client.clone(),
+            &config,
+            leadership,
+            kick.clone(),
+            metrics,
+            reach_cache,
+        ),
         check_readiness(client.clone(), &config, state.clone(), kick.clone()),
         recount_child_requests,
     );
@@ -243,6 +254,7 @@ async fn issue_as_leader(
     mut leadership: Leadership,
     kick: Arc<Notify>,
     metrics: &crate::metrics::Metrics,
+    cache: crate::cache::Cache,
 ) {
     let reporter = Reporter {
         controller: "koord-webhook".to_owned(),
@@ -255,6 +267,11 @@ async fn issue_as_leader(
         recorder: Recorder::new(client, reporter),
         leadership: leadership.clone(),
         absence: Default::default(),
+        pod_reach: config
+            .desired
+            .target
+            .narrow_calls
+            .then(|| webhook_configs::PodReachSource::new(cache, config.narrow_hold)),
     };
     let mut wait = Duration::ZERO;
     let mut kicked = Box::pin(kick.notified());
@@ -274,9 +291,14 @@ async fn issue_as_leader(
             continue;
         }
         // A hung API call must not keep a pass (and its stale view of leadership) alive.
+        // A pod entry's narrowing held back by the hold is written when it ends.
+        let narrowing = || {
+            let due = issuer.pod_reach.as_ref().and_then(|p| p.next_pass());
+            due.map_or(issuer.tick(), |d| d.min(issuer.tick()))
+        };
         wait = match tokio::time::timeout(PASS_TIMEOUT, issuer.reconcile(metrics)).await {
-            Ok(Ok(Next::Idle)) => issuer.tick(),
-            Ok(Ok(Next::After(d))) => d.min(issuer.tick()),
+            Ok(Ok(Next::Idle)) => narrowing(),
+            Ok(Ok(Next::After(d))) => d.min(narrowing()),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "certificate pass failed; retrying");
                 Duration::from_secs(1)

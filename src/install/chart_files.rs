@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::admission::narrowing::Calls;
+use crate::admission::narrowing::pod::PodReach;
 use crate::admission::webhooks::{WEBHOOKS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::install::{WebhookTarget, rbac, webhook_configurations};
@@ -19,6 +20,7 @@ const VALUE_FIELDS: &[&str] = &[
     "failurePolicy",
     "namespaceSelector",
     "timeoutSeconds",
+    "matchConditions",
 ];
 
 /// `{mutating: [...], validating: [...]}`: per entry its gate (and the gate's default), its path,
@@ -30,33 +32,48 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
     for gate in crate::features::Gate::all() {
         every_gate.set(gate, true);
     }
-    // Wide: every entry, without conditions; the template adds them when narrowing is on.
-    let target = WebhookTarget {
+    // Every entry, without conditions (the template adds them when narrowing is on): those of the
+    // wide rendering, and those registered only when calls are narrowed.
+    let wide = WebhookTarget {
         narrow_calls: false,
         ..WebhookTarget::default()
     };
+    let narrowed = WebhookTarget::default();
     let mut out = json!({"mutating": [], "validating": []});
+    let render = |kind: WebhookKind| -> Result<Vec<Value>, serde_json::Error> {
+        let mut entries = Vec::new();
+        for target in [&wide, &narrowed] {
+            let configuration =
+                match kind {
+                    WebhookKind::Mutating => serde_json::to_value(
+                        webhook_configurations::mutating(&every_gate, target, None),
+                    )?,
+                    WebhookKind::Validating => serde_json::to_value(
+                        webhook_configurations::validating(&every_gate, target, None),
+                    )?,
+                };
+            entries.extend(
+                configuration["webhooks"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+        }
+        Ok(entries)
+    };
     let rendered = [
         (
             "mutating",
             WebhookKind::Mutating,
-            serde_json::to_value(webhook_configurations::mutating(&every_gate, &target, None))?,
+            render(WebhookKind::Mutating)?,
         ),
         (
             "validating",
             WebhookKind::Validating,
-            serde_json::to_value(webhook_configurations::validating(
-                &every_gate,
-                &target,
-                None,
-            ))?,
+            render(WebhookKind::Validating)?,
         ),
     ];
-    for (key, kind, configuration) in rendered {
-        let entries = configuration["webhooks"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+    for (key, kind, entries) in rendered {
         for spec in WEBHOOKS.iter().filter(|w| w.kind == kind) {
             for entry in spec.entries {
                 let Some(mut base) = entries.iter().find(|e| e["name"] == entry.name).cloned()
@@ -68,10 +85,12 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
                         fields.remove(*field);
                     }
                 }
-                let calls = entry.narrowing.calls();
+                // The chart knows no cluster: pod entries reach every pod until the leader narrows.
+                let calls = entry.narrowing.calls(&every_gate, &PodReach::default());
                 out[key].as_array_mut().expect("an array").push(json!({
                     "name": entry.name,
                     "neverCalled": calls == Calls::Never,
+                    "onlyNarrowed": entry.narrowing.calls_wide() == Calls::Never,
                     "matchConditions": calls.match_conditions(),
                     "gate": spec.gate.name(),
                     "gateDefault": spec.gate.default_enabled(),

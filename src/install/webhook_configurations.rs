@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::api::ObjectMeta;
 
 use crate::admission::narrowing::Calls;
+use crate::admission::narrowing::pod::{PodEntry, PodReach, Reach};
 use crate::admission::webhooks::{EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind, WebhookSpec};
 use crate::cli::EntryFlags;
 use crate::features::FeatureGates;
@@ -41,6 +42,9 @@ pub struct WebhookTarget {
     /// Entries carry the `matchConditions` of their rules, and entries no request needs are left
     /// out (`--narrow-calls`, docs/narrowing.md).
     pub narrow_calls: bool,
+    /// Which pods the pod entries reach beyond the pods' own marks: every pod in the manifests
+    /// and the chart, what the leader derived from its cache in what it writes.
+    pub pod_reach: PodReach,
 }
 
 /// `on` or `off` (`--narrow-calls`).
@@ -128,6 +132,7 @@ impl Default for WebhookTarget {
             excluded_namespaces: Vec::new(),
             excluded_namespace_labels: Vec::new(),
             narrow_calls: true,
+            pod_reach: PodReach::default(),
         }
     }
 }
@@ -169,6 +174,7 @@ impl WebhookTarget {
             excluded_namespaces: entries.excluded_namespaces.clone(),
             excluded_namespace_labels: entries.excluded_namespace_labels.clone(),
             narrow_calls: entries.narrow_calls,
+            pod_reach: PodReach::default(),
         }
     }
 
@@ -229,13 +235,31 @@ impl WebhookTarget {
         })
     }
 
-    /// What the entry is called for under these settings.
-    pub fn calls(&self, entry: &EntrySpec) -> Calls {
-        if self.narrow_calls {
-            entry.narrowing.calls()
-        } else {
-            Calls::All
+    /// What the entry is called for under these settings and gates.
+    pub fn calls(&self, entry: &EntrySpec, gates: &FeatureGates) -> Calls {
+        if !self.narrow_calls {
+            return entry.narrowing.calls_wide();
         }
+        // A pod entry narrowed by the cluster's state is safe only while every change that could
+        // widen it passes its guard entry, which must then be registered and fail closed.
+        let guarded = |pod: PodEntry, reach: &Reach| {
+            let guard = pod.guard_entry();
+            let fails_closed = WEBHOOKS
+                .iter()
+                .filter(|w| gates.enabled(w.gate))
+                .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
+                .any(|(w, e)| e.name == guard && self.failure_policy(w, e) == "Fail");
+            if fails_closed {
+                reach.clone()
+            } else {
+                Reach::Every
+            }
+        };
+        let pods = PodReach {
+            create: guarded(PodEntry::Create, &self.pod_reach.create),
+            validate: guarded(PodEntry::Validate, &self.pod_reach.validate),
+        };
+        entry.narrowing.calls(gates, &pods)
     }
 
     fn client_config(&self, path: &str, ca_bundle: Option<&[u8]>) -> WebhookClientConfig {
@@ -300,7 +324,7 @@ fn enabled<'a>(
         .iter()
         .filter(move |w| w.kind == kind && gates.enabled(w.gate))
         .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
-        .filter_map(|(w, e)| match target.calls(e) {
+        .filter_map(|(w, e)| match target.calls(e, gates) {
             Calls::Never => None,
             calls => Some((w, e, calls)),
         })

@@ -1,8 +1,20 @@
 //! The admission plugins' stores, against the API server: where quota evaluation reads and writes
 //! an ElasticQuota's `child-request` (`quota.rs`), and the ConfigMap through which replicas admit
-//! ElasticQuota changes one at a time (`quota_ledger.rs`). The plugins see only the traits
+//! ElasticQuota changes one at a time (`quota_ledger.rs`), and the webhook configurations a replica
+//! widens before a change needs a narrowed pod entry (`pod_reach.rs`). The plugins see only the traits
 //! (`admission::pod::quota::store`, `admission::elastic_quota::ledger`); `review` and
 //! `serve --state` run without these, and tests use the in-memory ones beside the traits.
 
+pub mod pod_reach;
 pub mod quota;
 pub mod quota_ledger;
+
+use crate::admission::ports::StoreError;
+
+/// A failed API call as the ports report it: 409 is a conflict (read again), the rest as is.
+pub(crate) fn store_error(e: kube::Error) -> StoreError {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
+        other => StoreError::Other(other.to_string()),
+    }
+}

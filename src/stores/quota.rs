@@ -15,9 +15,8 @@ pub struct KubeQuotaStore {
 
 fn store_error(e: kube::Error, name: &str) -> StoreError {
     match e {
-        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
         kube::Error::Api(s) if s.code == 404 => StoreError::NotFound(name.to_owned()),
-        other => StoreError::Other(other.to_string()),
+        other => super::store_error(other),
     }
 }
 

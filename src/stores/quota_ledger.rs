@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
+use super::store_error;
 use crate::admission::ports::StoreError;
 use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
 use crate::names::QUOTA_LEDGER;
@@ -19,13 +20,6 @@ const FIELD_MANAGER: &str = "koord-webhook";
 
 pub struct KubeLedgerStore {
     pub client: Client,
-}
-
-fn store_error(e: kube::Error) -> StoreError {
-    match e {
-        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
-        other => StoreError::Other(other.to_string()),
-    }
 }
 
 impl KubeLedgerStore {

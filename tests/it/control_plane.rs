@@ -308,6 +308,7 @@ async fn widened_entries_take_effect_after_the_api_servers_informer_delay() {
             .flat_map(|w| w.entries)
             .find(|e| e.name == "vnode.koordinator.sh")
             .unwrap(),
+        &FeatureGates::default(),
     );
     let set_conditions = |conditions: serde_json::Value| {
         let configurations = configurations.clone();

@@ -73,7 +73,7 @@ async fn fresh_install_rotation_drift_and_loss() {
     let published = bundles(&client).await;
     assert_eq!(
         published.len(),
-        8,
+        9,
         "every entry of the webhook table but mpod-update (narrowed away)"
     );
     assert!(
@@ -239,7 +239,7 @@ async fn fresh_install_rotation_drift_and_loss() {
             .into_iter()
             .map(|w| w.name)
             .collect();
-        (!names.contains(&"vnode.koordinator.sh".to_owned()) && names.len() == 3).then_some(())
+        (!names.contains(&"vnode.koordinator.sh".to_owned()) && names.len() == 4).then_some(())
     })
     .await;
     operator.wait_ready(Duration::from_secs(30)).await;
@@ -287,7 +287,7 @@ async fn external_certificates_are_read_and_checked_never_written() {
             let b64 = base64_encode(pem.as_bytes());
             for (kind, name, count) in [
                 ("mutatingwebhookconfiguration", MUTATING, 4),
-                ("validatingwebhookconfiguration", VALIDATING, 4),
+                ("validatingwebhookconfiguration", VALIDATING, 5),
             ] {
                 let ops: Vec<_> = (0..count).map(|i| json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": b64})).collect();
                 cp.kubectl_ok(
@@ -713,4 +713,202 @@ async fn narrowed_entries_are_accepted_and_skip_what_they_say() {
         .expect_err("min above max is denied: the rules still run where they act")
         .to_string();
     assert!(err.contains("min 9 > max 5"), "{err}");
+}
+
+/// The pod entries follow the cluster: narrowed to Koordinator's pods once the hold has passed, a
+/// new ClusterColocationProfile or parent quota widens them before it is stored (so a pod created
+/// right after is sent), and the leader narrows them again to include it.
+#[tokio::test]
+async fn narrowed_pod_entries_widen_before_a_profile_or_parent_quota_is_stored() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use koord_webhook::apis::{ClusterColocationProfile, ElasticQuota};
+
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let operator = cluster.operator("replica-a", &["--narrow-hold=2s"]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    // The expression of a pod entry, `None` while it is sent every request.
+    let expression = |name: &'static str| {
+        let (mutating, validating) = (mutating.clone(), validating.clone());
+        async move {
+            let m = mutating.get(MUTATING).await.unwrap();
+            let v = validating.get(VALIDATING).await.unwrap();
+            let conditions = m
+                .webhooks
+                .into_iter()
+                .flatten()
+                .map(|w| (w.name, w.match_conditions))
+                .chain(
+                    v.webhooks
+                        .into_iter()
+                        .flatten()
+                        .map(|w| (w.name, w.match_conditions)),
+                )
+                .find(|(n, _)| n == name)
+                .and_then(|(_, c)| c)
+                .unwrap_or_default();
+            conditions.first().map(|c| c.expression.clone())
+        }
+    };
+    let narrowed = |name: &'static str, containing: &'static str| {
+        let expression = &expression;
+        async move { expression(name).await.filter(|e| e.contains(containing)) }
+    };
+    eventually(Duration::from_secs(30), "mpod-create narrowed", || {
+        narrowed("mpod-create.koordinator.sh", "koordinator.sh")
+    })
+    .await;
+    eventually(Duration::from_secs(30), "vpod narrowed", || {
+        narrowed("vpod.koordinator.sh", "koordinator.sh")
+    })
+    .await;
+
+    let count = |path: &'static str| {
+        let operator = &operator;
+        async move { support::requests_to(&operator.metrics().await, path) }
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, labels: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap()
+    };
+    let (mutate_before, validate_before) =
+        (count("/mutate-pod").await, count("/validate-pod").await);
+    pods.create(
+        &PostParams::default(),
+        &pod("plain-1", json!({"app": "web"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        count("/mutate-pod").await,
+        mutate_before,
+        "a plain pod: not mutated"
+    );
+    assert_eq!(
+        count("/validate-pod").await,
+        validate_before,
+        "a plain pod: not validated"
+    );
+    // A Koordinator pod is sent both.
+    pods.create(
+        &PostParams::default(),
+        &pod("marked-1", json!({"koordinator.sh/qosClass": "LS"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(count("/mutate-pod").await, mutate_before + 1);
+    assert_eq!(count("/validate-pod").await, validate_before + 1);
+
+    // A profile for app=web: the first such pod created after the profile is stored is mutated.
+    let profiles: Api<ClusterColocationProfile> = Api::all(client.clone());
+    let profile: ClusterColocationProfile = serde_json::from_value(json!({
+        "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+        "metadata": {"name": "narrow-web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "labels": {"profiled": "yes"}}}))
+    .unwrap();
+    profiles
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    let created = pods
+        .create(&PostParams::default(), &pod("web-1", json!({"app": "web"})))
+        .await
+        .unwrap();
+    let labels = created.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("profiled").map(String::as_str),
+        Some("yes"),
+        "created right after the profile: mutated ({labels:?})"
+    );
+    // Narrowed again, to the profile's selector: app=web sent, app=db not.
+    eventually(
+        Duration::from_secs(30),
+        "mpod-create narrowed to the profile",
+        || narrowed("mpod-create.koordinator.sh", "'web'"),
+    )
+    .await;
+    let before = count("/mutate-pod").await;
+    let web = pods
+        .create(&PostParams::default(), &pod("web-2", json!({"app": "web"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        web.metadata
+            .labels
+            .unwrap_or_default()
+            .get("profiled")
+            .map(String::as_str),
+        Some("yes")
+    );
+    pods.create(&PostParams::default(), &pod("db-1", json!({"app": "db"})))
+        .await
+        .unwrap();
+    assert_eq!(count("/mutate-pod").await, before + 1, "only app=web sent");
+
+    // A parent quota binding a namespace: a plain pod there is sent from the moment it is stored.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "narrow-team"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "default");
+    let parent: ElasticQuota = serde_json::from_value(json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": {"name": "narrow-parent", "namespace": "default",
+            "labels": {"quota.scheduling.koordinator.sh/is-parent": "true"},
+            "annotations": {"quota.scheduling.koordinator.sh/namespaces": "[\"narrow-team\"]"}},
+        "spec": {"min": {"cpu": "1"}, "max": {"cpu": "4", "memory": "8Gi"}}}))
+    .unwrap();
+    quotas
+        .create(&PostParams::default(), &parent)
+        .await
+        .unwrap();
+    let team: Api<Pod> = Api::namespaced(client.clone(), "narrow-team");
+    let before = count("/validate-pod").await;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let _ = team.create(&dry_run, &pod("team-1", json!({}))).await;
+    assert_eq!(
+        count("/validate-pod").await,
+        before + 1,
+        "a plain pod of the parent's namespace, right after the quota: sent"
+    );
+    let err = eventually(Duration::from_secs(30), "the pod denied", || {
+        let team = team.clone();
+        let pod = pod("team-2", json!({}));
+        let dry_run = dry_run.clone();
+        async move { team.create(&dry_run, &pod).await.err() }
+    })
+    .await;
+    assert!(err.to_string().contains("parentQuotaGroup"), "{err}");
+    eventually(
+        Duration::from_secs(30),
+        "vpod narrowed to the parent's namespaces",
+        || narrowed("vpod.koordinator.sh", "'narrow-team'"),
+    )
+    .await;
+    let before = count("/validate-pod").await;
+    pods.create(&dry_run, &pod("plain-2", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        count("/validate-pod").await,
+        before,
+        "other namespaces: skipped"
+    );
+    let _ = team.create(&dry_run, &pod("team-3", json!({}))).await;
+    assert_eq!(
+        count("/validate-pod").await,
+        before + 1,
+        "the parent's namespace: sent"
+    );
 }

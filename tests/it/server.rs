@@ -53,6 +53,12 @@ fn harmless_review(path: &str, uid: &str) -> Vec<u8> {
             "ConfigMap",
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "default"}}),
         ),
+        "clustercolocationprofiles" => (
+            "config.koordinator.sh",
+            "v1alpha1",
+            "ClusterColocationProfile",
+            json!({"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile", "metadata": {"name": "p"}, "spec": {}}),
+        ),
         other => panic!("no sample for {other}"),
     };
     serde_json::to_vec(&json!({

@@ -20,5 +20,9 @@ pub fn mutators() -> Vec<Box<dyn Mutator<ElasticQuota>>> {
 }
 
 pub fn validators() -> Vec<Box<dyn Validator<ElasticQuota>>> {
-    vec![Box::new(validate::QuotaTreeRules::default())]
+    vec![
+        Box::new(validate::QuotaTreeRules::default()),
+        // Last: only an allowed change widens the pod entries.
+        Box::new(crate::admission::narrowing::guard::GuardPodReach),
+    ]
 }

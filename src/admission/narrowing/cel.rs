@@ -4,7 +4,8 @@
 //! `failurePolicy: Fail` a condition that errors rejects the request. So a map is indexed only
 //! after `has()` and `in` have shown the key, and `oldObject` (null on CREATE) is read only where
 //! the operation is UPDATE. Only the CEL both the API server and the `cel` crate evaluate alike is
-//! used: `has()`, `in` on maps, `==`/`!=` on strings and maps, `&&`, `||`, `!`, `?:`.
+//! used: `has()`, `in` on maps and lists, `==`/`!=` on strings, integers and maps, `&&`, `||`,
+//! `!`, `?:`, the `exists` macro and `string.contains`.
 
 /// The metadata map an expression reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,7 +15,7 @@ pub enum Meta {
 }
 
 impl Meta {
-    fn field(self) -> &'static str {
+    pub fn field(self) -> &'static str {
         match self {
             Meta::Labels => "labels",
             Meta::Annotations => "annotations",
@@ -30,7 +31,7 @@ pub enum Var {
 }
 
 impl Var {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Var::Object => "object",
             Var::OldObject => "oldObject",
@@ -41,12 +42,21 @@ impl Var {
 /// A CEL string literal. The keys written are label and annotation names (letters, digits,
 /// `-._/`), so no escaping is ever needed; anything else is a bug caught here.
 pub fn literal(text: &str) -> String {
-    assert!(
-        text.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b)),
-        "{text:?} needs escaping in a CEL literal"
-    );
+    assert!(is_literal(text), "{text:?} needs escaping in a CEL literal");
     format!("'{text}'")
+}
+
+/// Whether `text` can be written as a CEL literal without escaping (label names and values,
+/// namespace names: letters, digits, `-._/`).
+pub fn is_literal(text: &str) -> bool {
+    text.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b))
+}
+
+/// Some element of the list or key of the map at `path` (read only where `has()` showed it) meets
+/// `predicate`, a CEL expression over `var`.
+pub fn exists(path: &str, var: &str, predicate: &str) -> String {
+    format!("{path}.exists({var}, {predicate})")
 }
 
 /// `var.metadata.<map>` is present.

@@ -9,11 +9,17 @@
 
 pub mod cel;
 mod elastic_quota;
+pub mod guard;
 mod node;
+pub mod pod;
+pub mod record;
 #[cfg(test)]
 mod tests;
 
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
+
+use crate::features::FeatureGates;
+use pod::{PodEntry, PodReach};
 
 /// How an entry of the webhook table is narrowed when `--narrow-calls=on`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,10 +35,17 @@ pub enum Narrowing {
     NodeValidation,
     /// ElasticQuota changes the tree rules read.
     ElasticQuotaChange,
+    /// Pod creates carrying Koordinator's marks, or selected by a ClusterColocationProfile.
+    PodCreate,
+    /// Pod changes carrying Koordinator's marks, or in a namespace of a parent quota.
+    PodValidation,
+    /// Registered only while calls are narrowed: the changes that may widen a pod entry, admitted
+    /// once the entry is wide enough (`ClusterColocationProfile` creates and updates).
+    PodReachGuard,
 }
 
 /// What an entry is called for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Calls {
     /// Every request its rules and selectors match.
     All,
@@ -43,7 +56,7 @@ pub enum Calls {
 }
 
 /// One named CEL expression; a request is sent when it is true.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Condition {
     pub name: &'static str,
     pub expression: String,
@@ -59,8 +72,13 @@ impl Condition {
 }
 
 impl Narrowing {
-    pub fn calls(self) -> Calls {
+    /// The calls of an entry when narrowed, under these gates and with this cluster's pod reach
+    /// (the manifests know no cluster: [`PodReach::default`], every pod).
+    pub fn calls(self, gates: &FeatureGates, pods: &PodReach) -> Calls {
         match self {
+            Narrowing::PodCreate => pod::calls(PodEntry::Create, gates, &pods.create),
+            Narrowing::PodValidation => pod::calls(PodEntry::Validate, gates, &pods.validate),
+            Narrowing::PodReachGuard => Calls::All,
             Narrowing::Wide => Calls::All,
             Narrowing::Never => Calls::Never,
             Narrowing::NodeStatus => Calls::When(vec![node::status_condition()]),
@@ -68,6 +86,16 @@ impl Narrowing {
             Narrowing::ElasticQuotaChange => {
                 Calls::When(vec![elastic_quota::validation_condition()])
             }
+        }
+    }
+}
+
+impl Narrowing {
+    /// The calls of an entry when calls are not narrowed (`--narrow-calls=off`).
+    pub fn calls_wide(self) -> Calls {
+        match self {
+            Narrowing::PodReachGuard => Calls::Never,
+            _ => Calls::All,
         }
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod memory;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::narrowing::pod::{PodEntry, Reach};
 use crate::apis::ElasticQuota;
 
 /// Why a store call failed.
@@ -73,6 +74,17 @@ pub trait LedgerStore: Send + Sync {
         &'a self,
         version: &'a str,
         change: &'a PendingChange,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Where a replica makes a narrowed pod entry cover a change before allowing it (the webhook
+/// configurations in cluster mode, memory in tests; docs/narrowing.md).
+pub trait PodReachGuard: Send + Sync {
+    /// Returns once the entry is sent every request `needed` names, and the API server acts on it.
+    fn cover<'a>(
+        &'a self,
+        entry: PodEntry,
+        needed: &'a Reach,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 
 use super::certificates::IssueError;
 use super::leader::Leadership;
+use crate::admission::narrowing::pod::PodEntry;
 use crate::features::FeatureGates;
 use crate::install::webhook_configurations;
 use crate::install::{ClientConfigMode, WebhookTarget};
@@ -111,6 +112,8 @@ trait Configuration:
     kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
 {
     const NAME: &'static str;
+    /// The pod entry this configuration holds.
+    const POD_ENTRY: PodEntry;
     fn entries(&self) -> Vec<EntryView<'_>>;
     /// Entry `name` as JSON (to add an entry the configuration lacks).
     fn entry_json(&self, name: &str) -> Option<Value>;
@@ -119,9 +122,10 @@ trait Configuration:
 
 /// The two configuration kinds differ only in their entry type.
 macro_rules! configuration {
-    ($kind:ty, $name:expr, $render:path) => {
+    ($kind:ty, $name:expr, $pod_entry:expr, $render:path) => {
         impl Configuration for $kind {
             const NAME: &'static str = $name;
+            const POD_ENTRY: PodEntry = $pod_entry;
             fn entries(&self) -> Vec<EntryView<'_>> {
                 self.webhooks
                     .iter()
@@ -150,11 +154,13 @@ macro_rules! configuration {
 configuration!(
     MutatingWebhookConfiguration,
     MUTATING_CONFIGURATION,
+    PodEntry::Create,
     webhook_configurations::mutating
 );
 configuration!(
     ValidatingWebhookConfiguration,
     VALIDATING_CONFIGURATION,
+    PodEntry::Validate,
     webhook_configurations::validating
 );
 
@@ -306,10 +312,19 @@ async fn converge<C: Configuration>(
     bundle: &[u8],
     fence: &Leadership,
     absence: &Absence,
+    pods: Option<&PodReachSource>,
 ) -> Result<Option<Written>, IssueError> {
     let api: Api<C> = Api::all(client.clone());
-    let want = C::desired(&desired.gates, &desired.target, bundle);
     let current = api.get_opt(C::NAME).await?;
+    let mut desired = desired.clone();
+    let reach = match (&current, pods) {
+        (Some(current), Some(source)) if desired.target.narrow_calls => {
+            let json = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
+            Some(source.plan(&json, C::POD_ENTRY, &desired.gates, &mut desired.target))
+        }
+        _ => None,
+    };
+    let want = C::desired(&desired.gates, &desired.target, bundle);
     if current.is_some() {
         absence.present(C::NAME);
     } else if !absence.may_create(C::NAME) {
@@ -342,9 +357,22 @@ async fn converge<C: Configuration>(
         desired.owns_endpoint(),
         |name| want.entry_json(name),
     );
-    if ops.is_empty() {
+    let record = reach
+        .as_ref()
+        .and_then(|plan| plan.record.as_ref().map(|r| plan.state.record_op(r)));
+    if ops.is_empty() && record.is_none() {
         return Ok(None);
     }
+    // Conditional on the version read: a replica widening a pod entry in between makes this
+    // write fail (409) rather than be undone by it; the pass is retried.
+    let mut ops: Vec<Value> = current
+        .meta()
+        .resource_version
+        .iter()
+        .map(|rv| json!({"op": "add", "path": "/metadata/resourceVersion", "value": rv}))
+        .chain(ops)
+        .collect();
+    ops.extend(record);
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
     let params = PatchParams {
@@ -370,8 +398,9 @@ async fn converge_or_widen<C: Configuration>(
     bundle: &[u8],
     fence: &Leadership,
     absence: &Absence,
+    pods: Option<&PodReachSource>,
 ) -> Result<Option<Written>, IssueError> {
-    match converge::<C>(client, desired, bundle, fence, absence).await {
+    match converge::<C>(client, desired, bundle, fence, absence, pods).await {
         Err(IssueError::Kube(kube::Error::Api(refusal)))
             if refusal.code == 422 && desired.target.narrow_calls =>
         {
@@ -381,7 +410,7 @@ async fn converge_or_widen<C: Configuration>(
                 "the API server refused the narrowed webhook entries; writing them wide"
             );
             let wide = desired.wide();
-            let written = converge::<C>(client, &wide, bundle, fence, absence).await?;
+            let written = converge::<C>(client, &wide, bundle, fence, absence, None).await?;
             let reference = written.as_ref().map_or_else(
                 || C::desired(&wide.gates, &wide.target, bundle).object_ref(&()),
                 |w| w.reference.clone(),
@@ -403,18 +432,22 @@ pub async fn converge_all(
     bundle: &[u8],
     fence: &Leadership,
     absence: &Absence,
+    pods: Option<&PodReachSource>,
 ) -> Result<Vec<Written>, IssueError> {
-    let mutating =
-        converge_or_widen::<MutatingWebhookConfiguration>(client, desired, bundle, fence, absence)
-            .await?;
+    let mutating = converge_or_widen::<MutatingWebhookConfiguration>(
+        client, desired, bundle, fence, absence, pods,
+    )
+    .await?;
     let validating = converge_or_widen::<ValidatingWebhookConfiguration>(
-        client, desired, bundle, fence, absence,
+        client, desired, bundle, fence, absence, pods,
     )
     .await?;
     Ok(mutating.into_iter().chain(validating).collect())
 }
 
+pub mod pod_reach;
 pub mod published;
+pub use pod_reach::PodReachSource;
 pub use published::{published_bundle, published_entries};
 
 #[cfg(test)]

@@ -269,6 +269,7 @@ mod against_the_api {
             b"ca",
             &Leadership::always(),
             &Absence::default(),
+            None,
         )
         .await
         .unwrap();
@@ -319,6 +320,7 @@ mod against_the_api {
             b"new",
             &Leadership::always(),
             &Absence::default(),
+            None,
         )
         .await
         .unwrap();
@@ -328,6 +330,12 @@ mod against_the_api {
         let patch = &seen[1];
         assert_eq!(patch.content_type, "application/json-patch+json");
         let ops = patch.body.as_array().unwrap();
+        // First the precondition: the configuration as read, or a 409.
+        assert_eq!(
+            ops[0],
+            json!({"op": "add", "path": "/metadata/resourceVersion", "value": "7"})
+        );
+        let ops = &ops[1..];
         let entries = stored::<MutatingWebhookConfiguration>(b"new")["webhooks"]
             .as_array()
             .unwrap()
@@ -359,8 +367,15 @@ mod against_the_api {
             StatusCode::OK,
             stored::<MutatingWebhookConfiguration>(b"old"),
         )]);
-        let result =
-            converge_all(&client, &desired(), b"new", &follower, &Absence::default()).await;
+        let result = converge_all(
+            &client,
+            &desired(),
+            b"new",
+            &follower,
+            &Absence::default(),
+            None,
+        )
+        .await;
         drop(client);
         assert!(
             matches!(result, Err(IssueError::NotLeader(_))),

@@ -1,0 +1,148 @@
+//! What the leader writes on the pod entries: the reach its cache derives (profiles for
+//! `mpod-create`, parent quotas for `vpod`), narrowed only once the hold has passed since the last
+//! admitted change that needed the entry and since its cache synced; until then never narrower than
+//! what is written (docs/narrowing.md, "Pods").
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::admission::narrowing::Calls;
+use crate::admission::narrowing::pod::{PodEntry, Reach, create_reach, validate_reach};
+use crate::admission::narrowing::record::{EntryState, ReachRecord, leader_reach, now_ms};
+use crate::admission::webhooks::WEBHOOKS;
+use crate::cache::Cache;
+use crate::features::FeatureGates;
+use crate::install::WebhookTarget;
+
+/// The leader's view of what the pod entries need.
+pub struct PodReachSource {
+    cache: Cache,
+    hold: Duration,
+    /// When this process first saw the profiles and quotas listed.
+    synced_at: Mutex<Option<Instant>>,
+    /// When a narrowing held back by the hold may be written: the leader passes again then.
+    due: Mutex<Option<Instant>>,
+}
+
+/// One pass's decision for one configuration's pod entry.
+pub struct ReachPlan {
+    pub state: EntryState,
+    /// The record to write with the entry's new conditions (`None`: unchanged).
+    pub record: Option<ReachRecord>,
+}
+
+impl PodReachSource {
+    pub fn new(cache: Cache, hold: Duration) -> Self {
+        Self {
+            cache,
+            hold,
+            synced_at: Mutex::new(None),
+            due: Mutex::new(None),
+        }
+    }
+
+    /// How long until a held-back narrowing may be written (taken: one pass per hold).
+    pub fn next_pass(&self) -> Option<Duration> {
+        let due = self.due.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        // A little after: the hold is measured against another clock reading.
+        Some(due.saturating_duration_since(Instant::now()) + Duration::from_millis(100))
+    }
+
+    /// When the hold since `touched_ms` and since the sync has passed.
+    fn hold_ends(&self, touched_ms: u64) -> Option<Instant> {
+        let synced = (*self.synced_at.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let since_touch = Duration::from_millis(now_ms().saturating_sub(touched_ms));
+        let now = Instant::now();
+        Some((synced + self.hold).max(now + self.hold.saturating_sub(since_touch)))
+    }
+
+    /// The reach the cache derives; `None` until it has listed profiles and quotas.
+    fn derived(&self, entry: PodEntry) -> Option<Reach> {
+        use futures::FutureExt;
+        let listed = async {
+            self.cache
+                .colocation_profiles
+                .wait_until_ready()
+                .await
+                .is_ok()
+                && self.cache.elastic_quotas.wait_until_ready().await.is_ok()
+        }
+        .now_or_never()
+            == Some(true);
+        if !listed {
+            return None;
+        }
+        let mut synced = self.synced_at.lock().unwrap_or_else(|e| e.into_inner());
+        synced.get_or_insert_with(Instant::now);
+        Some(match entry {
+            PodEntry::Create => {
+                create_reach(self.cache.colocation_profiles.state().iter().map(|p| &**p))
+            }
+            PodEntry::Validate => {
+                validate_reach(self.cache.elastic_quotas.state().iter().map(|q| &**q))
+            }
+        })
+    }
+
+    fn hold_passed(&self, touched_ms: u64) -> bool {
+        let synced = *self.synced_at.lock().unwrap_or_else(|e| e.into_inner());
+        synced.is_some_and(|at| at.elapsed() >= self.hold)
+            && now_ms().saturating_sub(touched_ms) >= self.hold.as_millis() as u64
+    }
+
+    /// Sets `target`'s reach for `entry` from `configuration` (as read) and the cache, and says
+    /// what record goes with it.
+    pub fn plan(
+        &self,
+        configuration: &Value,
+        entry: PodEntry,
+        gates: &FeatureGates,
+        target: &mut WebhookTarget,
+    ) -> ReachPlan {
+        let state = EntryState::read(configuration, entry);
+        let written = state.written();
+        let touched = state.record.as_ref().map_or(0, |r| r.touched_ms);
+        let mut reach = match self.derived(entry) {
+            Some(derived) => {
+                let passed = self.hold_passed(touched);
+                if !passed && Some(&derived) != written.as_ref() {
+                    let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+                    *due = self.hold_ends(touched).into_iter().chain(*due).min();
+                }
+                leader_reach(written.clone(), derived, passed)
+            }
+            None => written.clone().unwrap_or(Reach::Every),
+        };
+        set(target, entry, reach.clone());
+        // Sent every pod whatever the reach (a gate, an unguarded entry): recorded as such, so the
+        // record never disagrees with the conditions.
+        if state.index.is_none() || sends_every_pod(target, entry, gates) {
+            reach = Reach::Every;
+            set(target, entry, Reach::Every);
+        }
+        let record =
+            (state.index.is_some() && Some(&reach) != written.as_ref()).then(|| ReachRecord {
+                reach,
+                changed_ms: now_ms(),
+                touched_ms: touched,
+            });
+        ReachPlan { state, record }
+    }
+}
+
+fn set(target: &mut WebhookTarget, entry: PodEntry, reach: Reach) {
+    match entry {
+        PodEntry::Create => target.pod_reach.create = reach,
+        PodEntry::Validate => target.pod_reach.validate = reach,
+    }
+}
+
+fn sends_every_pod(target: &WebhookTarget, entry: PodEntry, gates: &FeatureGates) -> bool {
+    WEBHOOKS
+        .iter()
+        .flat_map(|w| w.entries)
+        .find(|e| e.name == entry.entry_name())
+        .is_none_or(|spec| target.calls(spec, gates) == Calls::All)
+}

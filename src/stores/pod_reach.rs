@@ -1,0 +1,115 @@
+//! Widening a narrowed pod entry from an admitting replica: the webhook configuration is read,
+//! [`admit_plan`] says what to write (the entry's conditions removed, or only the record stamped),
+//! and the write is conditional on the resourceVersion read, so it cannot undo a leader's write it
+//! did not see (or be undone by one: the leader's writes are conditional too).
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+use super::store_error;
+use crate::admission::narrowing::pod::{PodEntry, Reach};
+use crate::admission::narrowing::record::{EntryState, admit_plan, now_ms};
+use crate::admission::ports::{PodReachGuard, StoreError};
+use crate::names::{FIELD_MANAGER, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+
+/// Attempts when other writers keep changing the configuration in between.
+const ATTEMPTS: usize = 5;
+/// Timeout of each call to the API server.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct KubePodReachGuard {
+    pub client: Client,
+}
+
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| {
+            StoreError::Other(format!("the API server did not answer in {CALL_TIMEOUT:?}"))
+        })?
+        .map_err(store_error)
+}
+
+/// One read-plan-write round on configuration `name`; the time to wait after it.
+async fn attempt<K>(
+    client: &Client,
+    name: &str,
+    entry: PodEntry,
+    needed: &Reach,
+) -> Result<Duration, StoreError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let Some(configuration) = timed(api.get_opt(name)).await? else {
+        // Not installed: the API server sends nothing, so nothing can be missed.
+        return Ok(Duration::ZERO);
+    };
+    let json =
+        serde_json::to_value(&configuration).map_err(|e| StoreError::Other(e.to_string()))?;
+    let state = EntryState::read(&json, entry);
+    let Some((ops, wait)) = admit_plan(&state, entry, needed, now_ms()) else {
+        return Ok(Duration::ZERO);
+    };
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(|e| StoreError::Other(e.to_string()))?;
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    };
+    timed(api.patch(name, &params, &Patch::<()>::Json(patch))).await?;
+    Ok(wait)
+}
+
+impl PodReachGuard for KubePodReachGuard {
+    fn cover<'a>(
+        &'a self,
+        entry: PodEntry,
+        needed: &'a Reach,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut last = StoreError::Conflict;
+            for _ in 0..ATTEMPTS {
+                let result = match entry {
+                    PodEntry::Create => {
+                        attempt::<MutatingWebhookConfiguration>(
+                            &self.client,
+                            MUTATING_CONFIGURATION,
+                            entry,
+                            needed,
+                        )
+                        .await
+                    }
+                    PodEntry::Validate => {
+                        attempt::<ValidatingWebhookConfiguration>(
+                            &self.client,
+                            VALIDATING_CONFIGURATION,
+                            entry,
+                            needed,
+                        )
+                        .await
+                    }
+                };
+                match result {
+                    Ok(wait) => {
+                        tokio::time::sleep(wait).await;
+                        return Ok(());
+                    }
+                    Err(StoreError::Conflict) => last = StoreError::Conflict,
+                    Err(other) => return Err(other),
+                }
+            }
+            Err(last)
+        })
+    }
+}
