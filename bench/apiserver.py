@@ -4,9 +4,19 @@ a network namespace), pod creates go through the API server at fixed rates and a
 reaches, dry-run and real, in three cases measured in one run on the same machine:
 
 - none: no webhook configured;
-- koord-webhook: manifests/install.yaml as users apply it (two replicas behind the Service);
+- koord-webhook: manifests/install.yaml as users apply it (two replicas behind the Service), measured
+  once the leader has narrowed the pod entries (the plain pods of the load carry nothing Koordinator
+  reads, so the API server skips the webhook; docs/narrowing.md);
+- koord-webhook wide: the same rendered with `--narrow-calls=off` (every pod sent, as before narrowing
+  and as Koordinator registers its entries);
 - go-peer: bench/go-peer (controller-runtime) in its own image, two replicas behind a Service, with
-  the same pod entries as koord-webhook's (rules, namespace selector, failurePolicy, timeout).
+  the same pod entries as koord-webhook's (rules, namespace selector, failurePolicy, timeout);
+- floor: the same Pods run with `--floor`, answering "allowed" without reading the object: what any
+  webhook costs at the least, same entries, same Service path.
+
+Two workloads: plain pods (nothing Koordinator reads) dry-run and real at every rate, and Koordinator
+pods (labelled app=spark, which a ClusterColocationProfile turns into BE batch pods) dry-run at 50/s
+and 200/s.
 
 Per run: the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
 API server's own histogram of the webhook calls (share in its first bucket, 5 ms), its rejections,
@@ -37,11 +47,12 @@ RATES = (50, 200, None)  # None: as fast as the client goes
 FIRST_BUCKET = "0.005"
 
 
-def pod_body():
-    """A plain pod of about 1 KiB: both webhooks run their whole pod chains and allow it."""
+def pod_body(app="bench"):
+    """A pod of about 1 KiB: both webhooks run their whole pod chains and allow it. `spark`: one the
+    profile of the Koordinator workload selects."""
     env = [{"name": f"SETTING_{i}", "value": "x" * 24} for i in range(8)]
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "bench-", "labels": {"app": "bench", "tier": "batch"}},
+            "metadata": {"generateName": "bench-", "labels": {"app": app, "tier": "batch"}},
             "spec": {"nodeName": "bench-nowhere", "containers": [{
                 "name": "main", "image": "registry.invalid/bench:1", "env": env,
                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
@@ -131,11 +142,37 @@ class Cluster:
             time.sleep(1)
 
 
-def install_koord(cluster):
-    cluster.kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "manifests", "install.yaml"))
+def install_koord(cluster, koord=None, wide=False):
+    """manifests/install.yaml; `wide`: the manifests rendered with --narrow-calls=off."""
+    if wide:
+        rendered = subprocess.run([koord, "manifests", "--narrow-calls=off"], check=True,
+                                  capture_output=True, text=True).stdout
+        cluster.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    else:
+        cluster.kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "manifests", "install.yaml"))
     cluster.kubectl("-n", "koordinator-system", "rollout", "status", "deployment/koord-webhook",
                     "--timeout=180s")
     cluster.wait_for_admission("koord-webhook")
+
+
+def wait_narrowed(cluster, log):
+    """Until the leader has written matchConditions on both pod entries (--narrow-hold after it
+    synced, 120 s by default)."""
+    started, deadline = time.time(), time.time() + 400
+    while True:
+        narrowed = 0
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            out = cluster.kubectl("get", kind, "-o", "json", check=False)
+            for c in json.loads(out or '{"items": []}')["items"]:
+                narrowed += sum(1 for w in c.get("webhooks", [])
+                                if w["name"] in ("mpod-create.koordinator.sh", "vpod.koordinator.sh")
+                                and w.get("matchConditions"))
+        if narrowed == 2:
+            log(f"apiserver: pod entries narrowed {time.time() - started:.0f} s after the install")
+            return
+        if time.time() > deadline:
+            raise RuntimeError("the leader never narrowed the pod entries")
+        time.sleep(2)
 
 
 def uninstall_koord(cluster, koord):
@@ -165,7 +202,7 @@ def peer_image():
     return archive
 
 
-def install_peer(cluster, tmp):
+def install_peer(cluster, tmp, floor=False):
     service = f"go-peer.{PEER_NAMESPACE}.svc"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-days", "1", "-subj", f"/CN={service}", "-addext", f"subjectAltName=DNS:{service}",
@@ -185,7 +222,8 @@ def install_peer(cluster, tmp):
              "metadata": {"labels": labels},
              "spec": {"containers": [{
                  "name": "go-peer", "image": PEER_IMAGE, "imagePullPolicy": "Never",
-                 "args": ["--port", "9443", "--host", "0.0.0.0", "--cert-dir", "/certs"],
+                 "args": ["--port", "9443", "--host", "0.0.0.0", "--cert-dir", "/certs"]
+                 + (["--floor"] if floor else []),
                  "ports": [{"containerPort": 9443}], "resources": resources or {},
                  "readinessProbe": {"tcpSocket": {"port": 9443}, "periodSeconds": 2},
                  "volumeMounts": [{"name": "tls", "mountPath": "/certs", "readOnly": True}]}],
@@ -210,11 +248,26 @@ def entry_names():
     return {w["name"] for webhooks in entries.values() for w in webhooks}
 
 
-def load(cluster, oha, dry_run, rate, duration):
+# The Koordinator workload's profile: pods labelled app=spark become BE batch pods (as the Go peer's
+# built-in profile does).
+PROFILE = [
+    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "koord-batch"},
+     "value": 5500},
+    {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+     "metadata": {"name": "bench-spark"},
+     "spec": {"selector": {"matchLabels": {"app": "spark"}}, "qosClass": "BE",
+              "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}},
+]
+# (workload, dry run, rate): plain pods everywhere, Koordinator pods dry-run at two rates.
+RUNS = [("plain", d, r) for d in (True, False) for r in RATES] + \
+    [("koordinator", True, r) for r in (50, 200)]
+
+
+def load(cluster, oha, dry_run, rate, duration, workload="plain"):
     """One oha run of pod creates; the figures the client sees."""
-    body = os.path.join(OUT, "apiserver-pod.json")
+    body = os.path.join(OUT, f"apiserver-pod-{workload}.json")
     with open(body, "w") as f:
-        json.dump(pod_body(), f)
+        json.dump(pod_body("spark" if workload == "koordinator" else "bench"), f)
     path = f"/api/v1/namespaces/{NAMESPACE}/pods" + ("?dryRun=All" if dry_run else "")
     argv = [oha, "--no-tui", "--output-format", "json", "-z", f"{duration}s", "--http2",
             "-c", "4", "-p", "16", "-m", "POST", "-T", "application/json", "-D", body, *cluster.tls]
@@ -238,29 +291,31 @@ def load(cluster, oha, dry_run, rate, duration):
 def measure(cluster, oha, record, case, namespace, names, duration):
     # A short warm-up: connections, the API server's webhook clients, the webhook's caches.
     load(cluster, oha, True, 50, 2)
-    for dry_run in (True, False):
-        for rate in RATES:
-            cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
-            calls = cluster.webhook_metrics(names)
-            figures = load(cluster, oha, dry_run, rate, duration)
-            calls = [after - before for after, before in zip(cluster.webhook_metrics(names), calls)]
-            cpu = cluster.apiserver_cpu() - cpu
-            per_1000 = 1e6 / max(figures["requests"], 1)
-            figures.update(apiserver_cpu_ms_per_1000=cpu * per_1000, webhook_calls=int(calls[0]),
-                           first_bucket_share=calls[1] / calls[0] if calls[0] else None,
-                           rejections=int(calls[2]))
-            if namespace:
-                # The kubelet samples every few seconds: the CPU rate between its two samples,
-                # over the run's length.
-                after = cluster.pod_stats(namespace)
-                cores = (after[0] - webhook[0]) / (after[1] - webhook[1]) if after[1] > webhook[1] else 0
-                figures.update(webhook_cpu_ms_per_1000=cores * duration * per_1000,
-                               webhook_working_set_mib=after[2])
-            endpoint = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
-            record("apiserver", case, endpoint, figures, rate=rate, dry_run=dry_run)
-            if not dry_run:
-                # One DELETE for all of them; grace 0: their node does not exist to confirm.
-                cluster.api("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?gracePeriodSeconds=0")
+    for workload, dry_run, rate in RUNS:
+        cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
+        calls = cluster.webhook_metrics(names)
+        figures = load(cluster, oha, dry_run, rate, duration, workload)
+        calls = [after - before for after, before in zip(cluster.webhook_metrics(names), calls)]
+        cpu = cluster.apiserver_cpu() - cpu
+        per_1000 = 1e6 / max(figures["requests"], 1)
+        figures.update(apiserver_cpu_ms_per_1000=cpu * per_1000, webhook_calls=int(calls[0]),
+                       first_bucket_share=calls[1] / calls[0] if calls[0] else None,
+                       rejections=int(calls[2]))
+        if namespace:
+            # The kubelet samples every few seconds: the CPU rate between its two samples,
+            # over the run's length.
+            after = cluster.pod_stats(namespace)
+            cores = (after[0] - webhook[0]) / (after[1] - webhook[1]) if after[1] > webhook[1] else 0
+            figures.update(webhook_cpu_ms_per_1000=cores * duration * per_1000,
+                           webhook_working_set_mib=after[2])
+        endpoint = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
+        if workload != "plain":
+            endpoint = f"{workload} {endpoint}"
+        record("apiserver", case, endpoint, figures, rate=rate, dry_run=dry_run,
+               workload=workload)
+        if not dry_run:
+            # One DELETE for all of them; grace 0: their node does not exist to confirm.
+            cluster.api("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?gracePeriodSeconds=0")
 
 
 def run(log, record, oha, koord, duration):
@@ -276,15 +331,29 @@ def run(log, record, oha, koord, duration):
                            stdout=subprocess.DEVNULL)
             subprocess.run([CLUSTER, "load", d, peer, PEER_IMAGE], check=True)
             cluster.kubectl("create", "namespace", NAMESPACE)
+            # Koordinator's CRDs and the workload's profile, before any webhook is there.
+            cluster.kubectl("apply", "--server-side", "-f", "-",
+                            stdin=open(os.path.join(ROOT, "crds", "crds.yaml")).read())
+            cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                            "crd/clustercolocationprofiles.config.koordinator.sh")
+            cluster.apply(PROFILE)
             names = entry_names()
             log("apiserver: no webhook")
             measure(cluster, oha, record, "none", None, names, duration)
-            log("apiserver: koord-webhook from manifests/install.yaml")
+            log("apiserver: koord-webhook from manifests/install.yaml, rendered --narrow-calls=off")
+            install_koord(cluster, koord, wide=True)
+            measure(cluster, oha, record, "koord-webhook wide", "koordinator-system", names, duration)
+            uninstall_koord(cluster, koord)
+            log("apiserver: koord-webhook from manifests/install.yaml, pod entries narrowed")
             install_koord(cluster)
+            wait_narrowed(cluster, log)
             measure(cluster, oha, record, "koord-webhook", "koordinator-system", names, duration)
             uninstall_koord(cluster, koord)
             log("apiserver: the Go peer, same entries")
             install_peer(cluster, d)
             measure(cluster, oha, record, "go-peer", PEER_NAMESPACE, names, duration)
+            log("apiserver: the floor webhook (the peer's Pods with --floor), same entries")
+            install_peer(cluster, d, floor=True)
+            measure(cluster, oha, record, "floor", PEER_NAMESPACE, names, duration)
         finally:
             cluster.down()

@@ -227,3 +227,73 @@ if apiserver:
                         "yes" if share is not None and share >= 0.999 else "no"))
     print("Targets of this phase:\n")
     print(table(["target", "measured", "met"], targets))
+
+if apiserver and any(r["server"] == "koord-webhook wide" for r in apiserver):
+    print("\n### Narrowed pod entries: what a plain pod create costs with and without them\n")
+    print("*koord-webhook* is `manifests/install.yaml` once the leader has narrowed the pod entries "
+          "(docs/narrowing.md); *wide* is the same rendered with `--narrow-calls=off` (every pod sent, "
+          "as Koordinator registers its entries). The load's pods carry nothing Koordinator reads. "
+          "Ratios are against the no-webhook case of the same run.\n")
+    lines = []
+    for endpoint in endpoints:
+        none, k, w = at("none", endpoint), at("koord-webhook", endpoint), at("koord-webhook wide", endpoint)
+        if not (none and k and w):
+            continue
+        calls = lambda r: fmt(1000 * r["webhook_calls"] / r["requests"]) if r.get("requests") else "-"
+        cpu = lambda r: get(r, "apiserver_cpu_ms_per_1000")
+        lines.append([endpoint, calls(k), calls(w),
+                      fmt(k["p50_ms"] - none["p50_ms"]), fmt(w["p50_ms"] - none["p50_ms"]),
+                      fmt(k["p99_ms"] - none["p99_ms"]), fmt(w["p99_ms"] - none["p99_ms"]),
+                      fmt(cpu(none)), fmt(cpu(k)), fmt(cpu(w)),
+                      ratio(cpu(k), cpu(none)), ratio(cpu(w), cpu(none)),
+                      f"{get(k, 'errors')} / {get(w, 'errors')}"])
+    print(table(["run", "webhook calls / 1,000 creates narrowed", "wide", "p50 added ms narrowed",
+                 "wide", "p99 added ms narrowed", "wide", "API server CPU ms / 1,000 none",
+                 "narrowed", "wide", "CPU narrowed / none", "wide / none", "client errors narrowed / wide"],
+                lines))
+
+if apiserver and any(r["server"] == "floor" for r in apiserver):
+    print("\n### Per case and workload: added latency, API server CPU, calls\n")
+    print("*floor*: the Go peer's Pods with `--floor`, answering allowed without reading the object (the "
+          "least any webhook costs), same entries. *Calls* are the API server's own count of calls to "
+          "the pod entries; *skipped* = creates the API server answered without calling them.\n")
+    cases = ["koord-webhook", "koord-webhook wide", "floor", "go-peer"]
+    lines = []
+    for endpoint in endpoints:
+        none = at("none", endpoint)
+        for case in cases:
+            r = at(case, endpoint)
+            if not (none and r):
+                continue
+            added = [fmt(r[k] - none[k]) for k in ("p50_ms", "p99_ms", "p999_ms")]
+            calls = r.get("webhook_calls", 0)
+            # Each create calls both pod entries when it is sent.
+            skipped = max(r["requests"] - calls // 2, 0) if r.get("requests") else 0
+            lines.append([endpoint, case, *added, fmt(get(none, "apiserver_cpu_ms_per_1000")),
+                          fmt(get(r, "apiserver_cpu_ms_per_1000")),
+                          ratio(get(r, "apiserver_cpu_ms_per_1000"), get(none, "apiserver_cpu_ms_per_1000")),
+                          fmt(calls), fmt(skipped), fmt(get(r, "errors"))])
+    print(table(["run", "case", "p50 added ms", "p99 added ms", "p99.9 added ms",
+                 "API server CPU ms / 1,000 none", "case", "case / none", "calls", "creates skipped",
+                 "client errors"], lines))
+    targets = []
+    for endpoint in endpoints:
+        none, k, f, p = (at(c, endpoint) for c in ("none", "koord-webhook", "floor", "go-peer"))
+        if not (none and k):
+            continue
+        if not endpoint.startswith("koordinator"):
+            cpu_k, cpu_n = get(k, "apiserver_cpu_ms_per_1000"), get(none, "apiserver_cpu_ms_per_1000")
+            targets.append((f"plain {endpoint}: API server CPU / 1,000 within 5 % of no webhook",
+                            ratio(cpu_k, cpu_n), "yes" if cpu_n and cpu_k <= 1.05 * cpu_n else "no"))
+            added = k["p50_ms"] - none["p50_ms"]
+            targets.append((f"plain {endpoint}: p50 added <= 0.1 ms", fmt(added),
+                            "yes" if added <= 0.1 else "no"))
+        elif f and p:
+            for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
+                a_k, a_f, a_p = (r[key] - none[key] for r in (k, f, p))
+                targets.append((f"{endpoint}: {label} added <= 1.2x the floor's ({fmt(a_f)} ms)", fmt(a_k),
+                                "yes" if a_k <= 1.2 * max(a_f, 0) else "no"))
+                targets.append((f"{endpoint}: {label} added <= half the peer's ({fmt(a_p)} ms)", fmt(a_k),
+                                "yes" if a_k <= 0.5 * max(a_p, 0) else "no"))
+    print("\nTargets of narrowing (issue 28):\n")
+    print(table(["target", "measured", "met"], targets))

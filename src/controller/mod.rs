@@ -170,7 +170,53 @@ pub async fn run(
         ),
         check_readiness(client.clone(), &config, state.clone(), kick.clone()),
         recount_child_requests,
+        keep_pod_entries_wide_for_gates(client.clone(), &config, state.clone()),
     );
+}
+
+/// A replica whose gates make every pod relevant to a pod entry (docs/narrowing.md) widens that
+/// entry before it reports ready, and stamps it while it runs, so a leader of other gates (a rolling
+/// upgrade that turns such a gate on) cannot narrow it meanwhile: the stamp holds its narrowing for
+/// `--narrow-hold`, renewed at a quarter of that.
+async fn keep_pod_entries_wide_for_gates(
+    client: Client,
+    config: &OperatorConfig,
+    state: Arc<State>,
+) {
+    use crate::admission::narrowing::pod::{PodEntry, Reach, every_pod};
+    let gates = &config.desired.gates;
+    let entries: Vec<PodEntry> = [PodEntry::Create, PodEntry::Validate]
+        .into_iter()
+        .filter(|e| every_pod(*e, gates))
+        .collect();
+    if !config.desired.target.narrow_calls || entries.is_empty() {
+        return;
+    }
+    let guard = crate::stores::pod_reach::KubePodReachGuard { client };
+    const CHECK: &str = "pod-entries";
+    state.readiness.set_not_ready(
+        CHECK,
+        "the pod entries are not yet sent every pod, as this replica's gates need",
+    );
+    loop {
+        let mut failed = None;
+        for entry in &entries {
+            let fresh = Some(config.narrow_hold / 2);
+            if let Err(e) = guard.cover_unless_fresh(*entry, &Reach::Every, fresh).await {
+                failed = Some(format!("cannot widen {}: {e}", entry.entry_name()));
+            }
+        }
+        match failed {
+            None => state.readiness.set_ready(CHECK),
+            Some(reason) => {
+                tracing::warn!(%reason, "pod entries not widened for this replica's gates; retrying");
+                state.readiness.set_not_ready(CHECK, reason);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        }
+        tokio::time::sleep(config.narrow_hold / 4).await;
+    }
 }
 
 /// Every replica serves the pair in `webhook-tls`, swapped in memory when the Secret changes.

@@ -46,6 +46,7 @@ async fn attempt<K>(
     name: &str,
     entry: PodEntry,
     needed: &Reach,
+    fresh_for: Option<Duration>,
 ) -> Result<Duration, StoreError>
 where
     K: kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
@@ -58,7 +59,14 @@ where
     let json =
         serde_json::to_value(&configuration).map_err(|e| StoreError::Other(e.to_string()))?;
     let state = EntryState::read(&json, entry);
-    let Some((ops, wait)) = admit_plan(&state, entry, needed, now_ms()) else {
+    let now = now_ms();
+    if let (Some(fresh), Some(written), Some(record)) = (fresh_for, state.written(), &state.record)
+        && written.covers(needed)
+        && now.saturating_sub(record.touched_ms) < fresh.as_millis() as u64
+    {
+        return Ok(Duration::ZERO);
+    }
+    let Some((ops, wait)) = admit_plan(&state, entry, needed, now) else {
         return Ok(Duration::ZERO);
     };
     let patch: json_patch::Patch =
@@ -77,39 +85,52 @@ impl PodReachGuard for KubePodReachGuard {
         entry: PodEntry,
         needed: &'a Reach,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let mut last = StoreError::Conflict;
-            for _ in 0..ATTEMPTS {
-                let result = match entry {
-                    PodEntry::Create => {
-                        attempt::<MutatingWebhookConfiguration>(
-                            &self.client,
-                            MUTATING_CONFIGURATION,
-                            entry,
-                            needed,
-                        )
-                        .await
-                    }
-                    PodEntry::Validate => {
-                        attempt::<ValidatingWebhookConfiguration>(
-                            &self.client,
-                            VALIDATING_CONFIGURATION,
-                            entry,
-                            needed,
-                        )
-                        .await
-                    }
-                };
-                match result {
-                    Ok(wait) => {
-                        tokio::time::sleep(wait).await;
-                        return Ok(());
-                    }
-                    Err(StoreError::Conflict) => last = StoreError::Conflict,
-                    Err(other) => return Err(other),
+        Box::pin(self.cover_unless_fresh(entry, needed, None))
+    }
+}
+
+impl KubePodReachGuard {
+    /// [`PodReachGuard::cover`]; with `fresh_for`, nothing is written when the entry covers
+    /// `needed` and was stamped less than that long ago (a keeper renewing its stamp).
+    pub async fn cover_unless_fresh(
+        &self,
+        entry: PodEntry,
+        needed: &Reach,
+        fresh_for: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let mut last = StoreError::Conflict;
+        for _ in 0..ATTEMPTS {
+            let result = match entry {
+                PodEntry::Create => {
+                    attempt::<MutatingWebhookConfiguration>(
+                        &self.client,
+                        MUTATING_CONFIGURATION,
+                        entry,
+                        needed,
+                        fresh_for,
+                    )
+                    .await
                 }
+                PodEntry::Validate => {
+                    attempt::<ValidatingWebhookConfiguration>(
+                        &self.client,
+                        VALIDATING_CONFIGURATION,
+                        entry,
+                        needed,
+                        fresh_for,
+                    )
+                    .await
+                }
+            };
+            match result {
+                Ok(wait) => {
+                    tokio::time::sleep(wait).await;
+                    return Ok(());
+                }
+                Err(StoreError::Conflict) => last = StoreError::Conflict,
+                Err(other) => return Err(other),
             }
-            Err(last)
-        })
+        }
+        Err(last)
     }
 }

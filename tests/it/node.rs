@@ -733,6 +733,10 @@ async fn installed_from_the_manifests_on_a_real_node() {
     // once with it). Nothing fails; the CA stays.
     serving_rotations_drop_nothing(&node, &client, &bundle).await;
 
+    // --- Both replicas gone once the leader has narrowed the pod entries: only Koordinator's pods
+    // fail closed; every other pod is created as if no webhook were installed.
+    outage_blocks_only_koordinator_pods(&node, &client).await;
+
     // --- Uninstall: afterwards pods are created normally, nothing points at a missing Service.
     let out = node
         .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "uninstall"], None)
@@ -783,6 +787,116 @@ async fn installed_from_the_manifests_on_a_real_node() {
 
     // --- The Helm chart: installed into a namespace of its own, upgraded, uninstalled.
     helm_install_upgrade_uninstall(&node, &client).await;
+}
+
+/// The Deployment scaled to 0 (every replica gone) after the leader narrowed the pod entries: a
+/// plain pod is created at once (the API server does not call the webhook), a pod carrying
+/// Koordinator's marks and one a ClusterColocationProfile selects fail (failurePolicy Fail). Then
+/// the replicas come back and admission works again.
+async fn outage_blocks_only_koordinator_pods(node: &Node, client: &kube::Client) {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let started = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(300),
+        "the leader to narrow both pod entries (--narrow-hold after the last roll)",
+        || async {
+            let narrowed = |entries: Vec<(String, usize)>, name: &str| {
+                entries.iter().any(|(n, c)| n == name && *c > 0)
+            };
+            let count = |w: Option<Vec<(String, usize)>>| w.unwrap_or_default();
+            let mutating = m.get(MUTATING).await.ok()?.webhooks.map(|w| {
+                w.into_iter()
+                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
+                    .collect()
+            });
+            let validating = v.get(VALIDATING).await.ok()?.webhooks.map(|w| {
+                w.into_iter()
+                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
+                    .collect()
+            });
+            (narrowed(count(mutating), "mpod-create.koordinator.sh")
+                && narrowed(count(validating), "vpod.koordinator.sh"))
+            .then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "pod entries narrowed {:?} after the phase began",
+        started.elapsed()
+    );
+    let scale = |replicas: &str| {
+        [
+            "-n".to_owned(),
+            NAMESPACE.to_owned(),
+            "scale".to_owned(),
+            "deployment".to_owned(),
+            "koord-webhook".to_owned(),
+            format!("--replicas={replicas}"),
+        ]
+    };
+    let args = scale("0");
+    node.kubectl_ok(&args.iter().map(String::as_str).collect::<Vec<_>>(), None)
+        .await;
+    eventually(Duration::from_secs(120), "every replica gone", || async {
+        replicas(client).await.is_empty().then_some(())
+    })
+    .await;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let default: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let plain = pod(
+        "default",
+        "outage-plain",
+        json!({"app": "web"}),
+        json!({"cpu": "100m"}),
+    );
+    let t = std::time::Instant::now();
+    default
+        .create(&dry_run, &plain)
+        .await
+        .expect("a plain pod is created while no replica runs");
+    let plain_took = t.elapsed();
+    let marked = pod(
+        "default",
+        "outage-marked",
+        json!({"koordinator.sh/qosClass": "LS"}),
+        json!({"cpu": "1"}),
+    );
+    let err = default
+        .create(&dry_run, &marked)
+        .await
+        .expect_err("a Koordinator pod fails closed")
+        .to_string();
+    assert!(err.contains("failed calling webhook"), "{err}");
+    let spark: Api<Pod> = Api::namespaced(client.clone(), "spark");
+    let selected = pod(
+        "spark",
+        "outage-spark",
+        json!({"app": "spark"}),
+        json!({"cpu": "1"}),
+    );
+    let err = spark
+        .create(&dry_run, &selected)
+        .await
+        .expect_err("a pod the profile selects fails closed")
+        .to_string();
+    assert!(err.contains("failed calling webhook"), "{err}");
+    eprintln!("outage: a plain pod created in {plain_took:?}; Koordinator pods refused: {err}");
+    let args = scale("2");
+    node.kubectl_ok(&args.iter().map(String::as_str).collect::<Vec<_>>(), None)
+        .await;
+    eventually(
+        Duration::from_secs(120),
+        "two Ready replicas again",
+        || async {
+            (replicas(client).await.iter().filter(|p| ready(p)).count() == 2).then_some(())
+        },
+    )
+    .await;
+    colocation_and_qos_rules_apply(client, Duration::from_secs(30)).await;
 }
 
 /// `koord-webhook status --wait` as a script after an install runs it: exit 0 (healthy), with both
