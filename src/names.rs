@@ -70,6 +70,15 @@ pub const QUOTA_LEDGER: &str = "koord-webhook-quota-ledger";
 
 /// The field manager of the operator's writes, and the managed-by label of what it creates.
 pub const FIELD_MANAGER: &str = "koord-webhook";
+
+/// Create and replace parameters naming [`FIELD_MANAGER`], so every write of the operator shows as
+/// koord-webhook's in `managedFields`.
+pub fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..Default::default()
+    }
+}
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "koord-webhook");
 
 /// `SELECTOR_LABEL=APP_NAME`, as a label selector string.

@@ -38,14 +38,22 @@ pub const MAX_LOGGED_MESSAGE: usize = 1024;
 impl std::fmt::Display for Clipped<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Clipped(text, max) = *self;
-        if text.len() <= max {
-            return f.write_str(text);
-        }
-        let mut end = max;
+        let mut end = max.min(text.len());
         while !text.is_char_boundary(end) {
             end -= 1;
         }
-        write!(f, "{}...(+{} bytes)", &text[..end], text.len() - end)
+        // Control characters escaped: a caller's newline must not start a log line of its own.
+        for c in text[..end].chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_debug())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        if end < text.len() {
+            write!(f, "...(+{} bytes)", text.len() - end)?;
+        }
+        Ok(())
     }
 }
 
@@ -59,6 +67,17 @@ mod tests {
         assert_eq!(Clipped("abcdefghij", 4).to_string(), "abcd...(+6 bytes)");
         // 'é' is two bytes: the cut moves back before it.
         assert_eq!(Clipped("abcé", 4).to_string(), "abc...(+2 bytes)");
+    }
+
+    #[test]
+    fn control_characters_cannot_forge_a_log_line() {
+        let forged = "u1\n2026-11-25T00:00:00Z  INFO admitted\r\u{1b}[31m";
+        let shown = Clipped(forged, 256).to_string();
+        assert!(!shown.contains('\n') && !shown.contains('\r') && !shown.contains('\u{1b}'));
+        assert_eq!(
+            shown,
+            r"u1\n2026-11-25T00:00:00Z  INFO admitted\r\u{1b}[31m"
+        );
         let huge = "u".repeat(1 << 20);
         assert!(Clipped(&huge, 256).to_string().len() < 300);
     }

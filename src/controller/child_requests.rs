@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 
 use super::leader::Leadership;
 use crate::admission::pod::object::Pod;
@@ -187,7 +187,10 @@ impl Recount {
             if self.leadership.check().is_err() {
                 return Ok(pass);
             }
-            match api.replace(&name, &PostParams::default(), &quota).await {
+            match api
+                .replace(&name, &crate::names::post_params(), &quota)
+                .await
+            {
                 Ok(_) => pass.corrected.push(name),
                 Err(kube::Error::Api(e)) if e.code == 409 => pass.left_busy += 1,
                 Err(e) => return Err(e),

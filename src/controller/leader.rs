@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -257,7 +257,7 @@ impl Election {
                 },
                 spec: Some(spec.clone()),
             };
-            return match api.create(&PostParams::default(), &lease).await {
+            return match api.create(&crate::names::post_params(), &lease).await {
                 Ok(_) => {
                     self.observe(Record::of(&spec));
                     Ok(true)
@@ -280,7 +280,10 @@ impl Election {
         spec.lease_duration_seconds = Some(lease_seconds);
         let record = Record::of(spec);
         // The resourceVersion read goes with the update: of two candidates only one wins.
-        match api.replace(LEASE, &PostParams::default(), &lease).await {
+        match api
+            .replace(LEASE, &crate::names::post_params(), &lease)
+            .await
+        {
             Ok(_) => {
                 self.observe(record);
                 Ok(true)
@@ -366,7 +369,8 @@ pub async fn release(api: &Api<Lease>, identity: &str) -> kube::Result<()> {
     spec.holder_identity = None;
     spec.renew_time = None;
     spec.acquire_time = None;
-    api.replace(LEASE, &PostParams::default(), &lease).await?;
+    api.replace(LEASE, &crate::names::post_params(), &lease)
+        .await?;
     Ok(())
 }
 

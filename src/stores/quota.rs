@@ -4,7 +4,7 @@
 
 use futures::future::BoxFuture;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use crate::admission::ports::{QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
@@ -40,7 +40,7 @@ impl QuotaStore for KubeQuotaStore {
             let name = quota.metadata.name.clone().unwrap_or_default();
             let namespace = quota.metadata.namespace.clone().unwrap_or_default();
             let api: Api<ElasticQuota> = Api::namespaced(self.client.clone(), &namespace);
-            api.replace(&name, &PostParams::default(), quota)
+            api.replace(&name, &crate::names::post_params(), quota)
                 .await
                 .map_err(|e| store_error(e, &name))
         })

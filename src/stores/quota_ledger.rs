@@ -7,16 +7,15 @@ use std::collections::BTreeMap;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 use super::store_error;
 use crate::admission::ports::StoreError;
 use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
-use crate::names::QUOTA_LEDGER;
+use crate::names::{FIELD_MANAGER, QUOTA_LEDGER};
 use crate::names::{app_labels, namespace};
 
 const KEY: &str = "last-change";
-const FIELD_MANAGER: &str = "koord-webhook";
 
 pub struct KubeLedgerStore {
     pub client: Client,
@@ -93,7 +92,7 @@ impl LedgerStore for KubeLedgerStore {
                 serde_json::to_string(change).map_err(|e| StoreError::Other(e.to_string()))?;
             let config_map = record(Some(version), Some(text));
             self.api()
-                .replace(QUOTA_LEDGER, &PostParams::default(), &config_map)
+                .replace(QUOTA_LEDGER, &crate::names::post_params(), &config_map)
                 .await
                 .map(|_| ())
                 .map_err(store_error)

@@ -596,6 +596,21 @@ async fn narrowed_entries_are_accepted_and_skip_what_they_say() {
     let operator = cluster.operator("replica-a", &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
 
+    // Every write of the operator is koord-webhook's in managedFields (the Lease's creates and
+    // replaces named no field manager before).
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), NS)
+        .get("koord-webhook")
+        .await
+        .unwrap();
+    let managers: Vec<String> = lease
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    assert_eq!(managers, ["koord-webhook"], "the Lease's writers");
+
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let m = mutating.get(MUTATING).await.unwrap();

@@ -3,7 +3,7 @@
 //! The ConfigMap is read from the cache, so edits apply as soon as the watch delivers them; rules
 //! that stop parsing leave the last good ones in force.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
@@ -27,8 +27,8 @@ pub struct Rule {
 
 #[derive(Default)]
 pub struct EnhancedValidator {
-    /// The last `rules` value that parsed, and what it parsed to.
-    last_good: Mutex<Option<(String, Vec<Rule>)>>,
+    /// The last `rules` value that parsed, and what it parsed to (shared, not copied, per review).
+    last_good: Mutex<Option<(String, Arc<[Rule]>)>>,
 }
 
 impl Validator<Pod> for EnhancedValidator {
@@ -50,12 +50,13 @@ impl Validator<Pod> for EnhancedValidator {
         let Some(rules) = self.rules(ctx) else {
             return Ok(()).into();
         };
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let empty = std::collections::BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
         if labels.get(SKIP_ENHANCED_VALIDATION).map(String::as_str) == Some("true") {
             return Ok(()).into();
         }
         let namespace = super::pod_namespace(pod, ctx.request.namespace.as_deref());
-        check(&rules, namespace, &labels)
+        check(&rules, namespace, labels)
             .map_err(Rejection::invalid)
             .into()
     }
@@ -63,7 +64,7 @@ impl Validator<Pod> for EnhancedValidator {
 
 impl EnhancedValidator {
     /// The rules in force, `None` when disabled or absent.
-    fn rules(&self, ctx: &Ctx<'_, Pod>) -> Option<Vec<Rule>> {
+    fn rules(&self, ctx: &Ctx<'_, Pod>) -> Option<Arc<[Rule]>> {
         let (namespace, name) = &ctx.settings.enhanced_validator_config;
         let config_map = ctx.cache.config_map(namespace, name)?;
         let data = config_map.data.as_ref()?;
@@ -73,14 +74,15 @@ impl EnhancedValidator {
         if !enabled {
             return None;
         }
-        let text = data.get("rules").cloned().unwrap_or_default();
+        let text = data.get("rules").map_or("", String::as_str);
         let mut last_good = self.last_good.lock().unwrap_or_else(|p| p.into_inner());
-        if last_good.as_ref().is_some_and(|(t, _)| *t == text) {
+        if last_good.as_ref().is_some_and(|(t, _)| t == text) {
             return last_good.as_ref().map(|(_, r)| r.clone());
         }
-        match serde_json::from_str::<Vec<Rule>>(&text) {
+        match serde_json::from_str::<Vec<Rule>>(text) {
             Ok(rules) => {
-                *last_good = Some((text, rules.clone()));
+                let rules: Arc<[Rule]> = rules.into();
+                *last_good = Some((text.to_owned(), rules.clone()));
                 Some(rules)
             }
             Err(e) => {
