@@ -198,6 +198,9 @@ async fn keep_pod_entries_wide_for_gates(
         CHECK,
         "the pod entries are not yet sent every pod, as this replica's gates need",
     );
+    // Once widened, a failed renewal (an API-server restart) does not make the replica unready: the
+    // last stamp holds the leader for the hold, and the renewal is retried every 2 s.
+    let mut widened = false;
     loop {
         let mut failed = None;
         for entry in &entries {
@@ -207,10 +210,15 @@ async fn keep_pod_entries_wide_for_gates(
             }
         }
         match failed {
-            None => state.readiness.set_ready(CHECK),
+            None => {
+                widened = true;
+                state.readiness.set_ready(CHECK);
+            }
             Some(reason) => {
                 tracing::warn!(%reason, "pod entries not widened for this replica's gates; retrying");
-                state.readiness.set_not_ready(CHECK, reason);
+                if !widened {
+                    state.readiness.set_not_ready(CHECK, reason);
+                }
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 continue;
             }
