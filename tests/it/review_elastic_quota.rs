@@ -166,6 +166,22 @@ fn quota_evaluation_admits_within_the_limit_and_reports_the_write() {
         r#"{"cpu":"4"}"#
     );
 
+    // A forged review (the API server refuses negative requests before admission) is denied and
+    // reports no write: before, it was admitted and lowered child-request, making room for others.
+    let response = review(
+        "/validate-pod",
+        gates,
+        admission_review("pods", "CREATE", pod(labels.clone(), "-1000"), Value::Null),
+    );
+    assert_eq!(
+        denial(&response),
+        r#"spec.containers[0].resources.requests[cpu]: Invalid value: "-1000": must be greater than or equal to 0"#
+    );
+    assert!(
+        response.get("auditAnnotations").is_none_or(|a| a.is_null()),
+        "{response}"
+    );
+
     // Gate off: no evaluation at all.
     let response = review(
         "/validate-pod",

@@ -15,6 +15,48 @@ fn requests(container: &Container) -> Result<Resources, QuantityError> {
     )
 }
 
+/// The first negative request of a container, init container or the overhead, as the API server's
+/// validation words it (it refuses such a pod before admission, so only a request that did not come
+/// through it can carry one).
+pub fn negative_request(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let lists = spec
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.containers[{i}].resources.requests"), c))
+        .chain(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, c)| (format!("spec.initContainers[{i}].resources.requests"), c)),
+        );
+    for (path, container) in lists {
+        let list = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref());
+        for (name, quantity) in list.into_iter().flatten() {
+            if crate::resources::Qty::try_from(quantity).is_ok_and(|q| q.is_negative()) {
+                return Some(format!(
+                    "{path}[{name}]: Invalid value: \"{}\": must be greater than or equal to 0",
+                    quantity.0
+                ));
+            }
+        }
+    }
+    for (name, quantity) in spec.overhead.iter().flatten() {
+        if crate::resources::Qty::try_from(quantity).is_ok_and(|q| q.is_negative()) {
+            return Some(format!(
+                "spec.overhead[{name}]: Invalid value: \"{}\": must be greater than or equal to 0",
+                quantity.0
+            ));
+        }
+    }
+    None
+}
+
 pub fn pod_requests(pod: &Pod) -> Result<Resources, QuantityError> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(Resources::default());
@@ -66,5 +108,37 @@ mod tests {
         // containers 1.5 + sidecar 0.1 = 1.6 < init 3 + sidecar 0.1 = 3.1; + overhead 0.01
         assert_eq!(r.get("cpu").to_string(), "3110m");
         assert_eq!(r.get("memory").to_string(), "1Gi");
+    }
+
+    #[test]
+    fn negative_requests_are_named_as_the_api_server_names_them() {
+        let pod = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"spec": spec})).unwrap()
+        };
+        let plain =
+            pod(json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}));
+        assert_eq!(negative_request(&plain), None);
+        let forged = pod(json!({"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "-1000"}}}]}));
+        assert_eq!(
+            negative_request(&forged).as_deref(),
+            Some(
+                "spec.containers[1].resources.requests[cpu]: Invalid value: \"-1000\": must be greater than or equal to 0"
+            )
+        );
+        let init = pod(json!({"containers": [], "initContainers": [
+            {"name": "i", "resources": {"requests": {"memory": "-1Gi"}}}]}));
+        assert!(
+            negative_request(&init)
+                .unwrap()
+                .starts_with("spec.initContainers[0]")
+        );
+        let overhead = pod(json!({"containers": [], "overhead": {"cpu": "-1m"}}));
+        assert!(
+            negative_request(&overhead)
+                .unwrap()
+                .starts_with("spec.overhead[cpu]")
+        );
     }
 }

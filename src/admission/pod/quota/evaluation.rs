@@ -10,7 +10,7 @@ use super::replace_resources;
 use super::{pod_namespace, resolve_quota_name};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
-use crate::admission::pod::requests::pod_requests;
+use crate::admission::pod::requests::{negative_request, pod_requests};
 use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};
 use crate::features::{FeatureGates, Gate};
 use crate::resources::Resources;
@@ -131,6 +131,11 @@ impl QuotaEvaluation {
         let account = ChildRequests::read(&quota).map_err(Rejection::invalid)?;
         if !account.limits_pods() {
             return Ok(());
+        }
+        // The API server refuses such a pod before admission: one that reaches here was not sent by
+        // it, and must not move the quota's record (a negative charge frees room for others).
+        if let Some(message) = negative_request(pod) {
+            return Err(Rejection::invalid(message));
         }
         let Some(requests) = charged_requests(pod, ctx.gates).map_err(Rejection::invalid)? else {
             return Ok(());
