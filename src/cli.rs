@@ -224,8 +224,8 @@ pub struct ServeArgs {
     /// PEM private key of --tls-cert-file.
     #[arg(long, env = "KOORD_WEBHOOK_TLS_KEY_FILE", requires = "tls_cert_file")]
     pub tls_key_file: Option<PathBuf>,
-    /// How often --tls-cert-file/--tls-key-file are re-read; a changed pair is served without a
-    /// restart.
+    /// How often --tls-cert-file/--tls-key-file and --client-ca-file are re-read; a changed pair or
+    /// CA is in force without a restart.
     #[arg(long, env = "KOORD_WEBHOOK_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration_arg)]
     pub tls_reload_interval: Duration,
     /// Serve from a static cache loaded from these files (a YAML/JSON file or a directory) instead of
@@ -251,6 +251,7 @@ pub struct ServeArgs {
     pub metrics_bind_address: String,
     /// Require a client certificate signed by a CA of this PEM file on the admission port (the API
     /// server presents one when its AdmissionConfiguration gives it a kubeconfig for the webhook).
+    /// Re-read every --tls-reload-interval.
     #[arg(long, env = "KOORD_WEBHOOK_CLIENT_CA_FILE")]
     pub client_ca_file: Option<PathBuf>,
     /// Serve `/debug/elastic-quota` (the quota tree as the webhook sees it) on the operations port.

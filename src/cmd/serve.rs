@@ -139,9 +139,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         dice: None,
     };
     let client_ca = match &args.client_ca_file {
-        Some(path) => Some(
-            std::fs::read(path).with_context(|| format!("--client-ca-file {}", path.display()))?,
-        ),
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("--client-ca-file {}", path.display()))?;
+            let ca = Arc::new(
+                crate::tls::ClientCa::from_pem(&pem)
+                    .with_context(|| format!("--client-ca-file {}", path.display()))?,
+            );
+            // Re-read like the serving pair: a rotated CA is trusted without a restart.
+            tokio::spawn(ca.clone().watch(path.clone(), args.tls_reload_interval));
+            Some(ca)
+        }
         None => None,
     };
     // The one composition root: the state every part shares, then each part on it.

@@ -31,7 +31,7 @@ pub struct Shared {
     body_budget: BodyBudget,
     /// PEM of the CAs whose client certificates are required (`--client-ca-file`); none: no
     /// client authentication.
-    pub client_ca: Option<Vec<u8>>,
+    pub client_ca: Option<Arc<crate::tls::ClientCa>>,
 }
 
 impl Shared {
@@ -46,9 +46,9 @@ impl Shared {
         }
     }
 
-    /// Requires client certificates signed by these CAs (PEM) on the admission port.
-    pub fn with_client_ca(mut self, pem: Option<Vec<u8>>) -> Self {
-        self.client_ca = pem;
+    /// Requires client certificates signed by these CAs on the admission port.
+    pub fn with_client_ca(mut self, client_ca: Option<Arc<crate::tls::ClientCa>>) -> Self {
+        self.client_ca = client_ca;
         self
     }
 }
@@ -73,7 +73,7 @@ pub fn build(
     listener: TcpListener,
     shared: Arc<Shared>,
 ) -> Result<actix_web::dev::Server, ServerError> {
-    let tls = tls::server_config(shared.state.resolver.clone(), shared.client_ca.as_deref())?;
+    let tls = tls::server_config(shared.state.resolver.clone(), shared.client_ca.clone())?;
     let limits = shared.limits.clone();
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);

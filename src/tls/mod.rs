@@ -1,12 +1,12 @@
 //! The server's TLS: TLS 1.2 and 1.3 only, with the certificate taken from a swappable resolver.
 
+pub mod client_ca;
 pub mod files;
 pub mod resolver;
 
 use std::sync::Arc;
 
-use rustls_pki_types::pem::PemObject;
-
+pub use client_ca::ClientCa;
 pub use resolver::CertResolver;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,29 +42,13 @@ pub fn install_default_provider() {
 /// server does when its admission configuration gives it a kubeconfig for the webhook.
 pub fn server_config(
     resolver: Arc<CertResolver>,
-    client_ca: Option<&[u8]>,
+    client_ca: Option<Arc<ClientCa>>,
 ) -> Result<rustls::ServerConfig, TlsError> {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| TlsError::ClientCa(e.to_string()))?;
-                roots.add(cert)?;
-            }
-            if roots.is_empty() {
-                return Err(TlsError::ClientCa("no certificate in it".to_owned()));
-            }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                roots.into(),
-                provider(),
-            )
-            .build()
-            .map_err(|e| TlsError::ClientCa(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
     };
     Ok(builder.with_cert_resolver(resolver))
 }

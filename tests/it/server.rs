@@ -708,8 +708,11 @@ async fn client_certificates_can_be_required() {
         let cert = params.signed_by(&key, &issuer).unwrap();
         (cert.pem(), key.serialize_pem())
     };
+    koord_webhook::tls::install_default_provider();
+    let client_ca = std::sync::Arc::new(
+        koord_webhook::tls::ClientCa::from_pem(ca.cert_pem.as_bytes()).unwrap(),
+    );
     let server = {
-        koord_webhook::tls::install_default_provider();
         let started = TestServer::start(quota_cache(), FeatureGates::default()).await;
         // The same handlers behind a listener that requires client certificates.
         let shared = std::sync::Arc::new(
@@ -721,7 +724,7 @@ async fn client_certificates_can_be_required() {
                 let admission = state.admission(FeatureGates::default());
                 koord_webhook::server::Shared::new(state, admission, Default::default())
             }
-            .with_client_ca(Some(ca.cert_pem.clone().into_bytes())),
+            .with_client_ca(Some(client_ca.clone())),
         );
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -741,28 +744,50 @@ async fn client_certificates_can_be_required() {
     }))
     .unwrap();
     let path = "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
-    // No certificate, or one from another CA: no answer at all.
-    for identity in [None, Some(client(&other_ca))] {
-        let identity = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
-        let refused =
+    // Whether a caller with this identity gets no answer at all.
+    let refused = |identity: Option<(String, String)>| {
+        let forged = forged.clone();
+        async move {
+            let identity = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
             match support::tls_client::connect_as(addr, Proto::Http2, &versions, identity).await {
                 Err(_) => true,
-                Ok(mut conn) => conn.send("POST", path, forged.clone()).await.is_err(),
-            };
-        assert!(refused, "a caller without a trusted certificate was served");
-    }
-    let (cert, key) = client(&ca);
-    let mut conn =
-        support::tls_client::connect_as(addr, Proto::Http2, &versions, Some((&cert, &key)))
-            .await
-            .unwrap();
-    let (status, _) = conn
-        .post(
-            webhooks::VALIDATE_POD,
-            harmless_review(webhooks::VALIDATE_POD, "ok"),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+                Ok(mut conn) => conn.send("POST", path, forged).await.is_err(),
+            }
+        }
+    };
+    // A caller with this identity is served.
+    let served = |(cert, key): (String, String)| async move {
+        let mut conn =
+            support::tls_client::connect_as(addr, Proto::Http2, &versions, Some((&cert, &key)))
+                .await
+                .expect("a trusted client's handshake");
+        let (status, _) = conn
+            .post(
+                webhooks::VALIDATE_POD,
+                harmless_review(webhooks::VALIDATE_POD, "ok"),
+            )
+            .await;
+        status == StatusCode::OK
+    };
+    // No certificate, or one from another CA: no answer at all.
+    assert!(
+        refused(None).await,
+        "a caller without a certificate was served"
+    );
+    assert!(
+        refused(Some(client(&other_ca))).await,
+        "a caller of another CA was served"
+    );
+    assert!(served(client(&ca)).await);
+
+    // The CA rotated (what the file watch does when the mounted file changes): the new CA's
+    // clients are served from the next handshake, the old CA's refused, without a restart.
+    client_ca.set_pem(other_ca.cert_pem.as_bytes()).unwrap();
+    assert!(served(client(&other_ca)).await, "a client of the new CA");
+    assert!(
+        refused(Some(client(&ca))).await,
+        "a client of the old CA was served after the rotation"
+    );
 }
 
 /// An slo-controller ConfigMap whose overlap check is within the limit but not cheap (6 strategies of
