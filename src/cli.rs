@@ -204,6 +204,16 @@ pub struct ManifestArgs {
     /// PEM file whose content becomes every entry's caBundle (default: empty, the operator fills it).
     #[arg(long)]
     pub ca_bundle_file: Option<PathBuf>,
+    /// Caller authentication: the replicas require client certificates signed by the CA bundle in
+    /// this ConfigMap of koord-webhook's namespace (mounted, re-read on change).
+    #[arg(long, conflicts_with = "client_ca_secret")]
+    pub client_ca_configmap: Option<String>,
+    /// The same from a Secret.
+    #[arg(long)]
+    pub client_ca_secret: Option<String>,
+    /// The key of that ConfigMap or Secret holding the PEM bundle.
+    #[arg(long, default_value = "ca.crt")]
+    pub client_ca_key: String,
 }
 
 #[derive(Args, Debug)]

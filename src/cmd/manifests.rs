@@ -4,7 +4,7 @@ use anyhow::Context;
 
 use crate::cli::ManifestArgs;
 use crate::features::FeatureGates;
-use crate::install::{self, InstallOptions, WebhookTarget};
+use crate::install::{self, ClientCaMount, ClientCaObject, InstallOptions, WebhookTarget};
 
 pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
@@ -27,9 +27,18 @@ pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
             "--ca-bundle-file goes with --webhook-configurations-only (the operator fills the installed ones)"
         );
     }
+    let object = match (&args.client_ca_configmap, &args.client_ca_secret) {
+        (Some(name), _) => Some(ClientCaObject::ConfigMap(name.clone())),
+        (None, Some(name)) => Some(ClientCaObject::Secret(name.clone())),
+        (None, None) => None,
+    };
     Ok(install::render(&InstallOptions {
         image: args.image.clone(),
         gates,
         target,
+        client_ca: object.map(|object| ClientCaMount {
+            object,
+            key: args.client_ca_key.clone(),
+        }),
     })?)
 }

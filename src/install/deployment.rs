@@ -6,9 +6,10 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -16,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::InstallOptions;
+use super::{ClientCaMount, ClientCaObject, InstallOptions};
 use crate::names::{APP_NAME, SELECTOR_LABEL, SERVICE_NAME, app_labels, namespace};
 
 const PORT: i32 = 9443;
@@ -82,6 +83,37 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
         args.push(format!("--feature-gates={overrides}"));
     }
     args.extend(options.target.entry_args());
+    if let Some(ca) = &options.client_ca {
+        args.push(format!("--client-ca-file={}", ca.file()));
+    }
+    // Mounted whole (no subPath), so the kubelet's updates reach the file and the replica re-reads it.
+    let client_ca_volume = options.client_ca.as_ref().map(|ca| {
+        let items = Some(vec![KeyToPath {
+            key: ca.key.clone(),
+            path: ca.key.clone(),
+            mode: None,
+        }]);
+        Volume {
+            name: "client-ca".to_owned(),
+            config_map: match &ca.object {
+                ClientCaObject::ConfigMap(name) => Some(ConfigMapVolumeSource {
+                    name: name.clone(),
+                    items: items.clone(),
+                    ..Default::default()
+                }),
+                ClientCaObject::Secret(_) => None,
+            },
+            secret: match &ca.object {
+                ClientCaObject::Secret(name) => Some(SecretVolumeSource {
+                    secret_name: Some(name.clone()),
+                    items,
+                    ..Default::default()
+                }),
+                ClientCaObject::ConfigMap(_) => None,
+            },
+            ..Default::default()
+        }
+    });
     let container = Container {
         name: APP_NAME.to_owned(),
         image: Some(options.image.clone()),
@@ -131,6 +163,14 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
             }),
             ..Default::default()
         }),
+        volume_mounts: client_ca_volume.as_ref().map(|v| {
+            vec![VolumeMount {
+                name: v.name.clone(),
+                mount_path: ClientCaMount::DIR.to_owned(),
+                read_only: Some(true),
+                ..Default::default()
+            }]
+        }),
         ..Default::default()
     };
     Deployment {
@@ -169,6 +209,7 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
                     // Longer than the drain delay plus in-flight requests.
                     termination_grace_period_seconds: Some(30),
                     priority_class_name: Some("system-cluster-critical".to_owned()),
+                    volumes: client_ca_volume.map(|v| vec![v]),
                     ..Default::default()
                 }),
             },

@@ -27,6 +27,32 @@ pub struct InstallOptions {
     pub image: String,
     pub gates: FeatureGates,
     pub target: WebhookTarget,
+    /// Where the CA bundle of caller authentication comes from (`--client-ca-file`), if any.
+    pub client_ca: Option<ClientCaMount>,
+}
+
+/// The object holding the client CA bundle, in koord-webhook's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientCaObject {
+    ConfigMap(String),
+    Secret(String),
+}
+
+/// The client CA bundle, mounted into the replicas and re-read when the object changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCaMount {
+    pub object: ClientCaObject,
+    /// The key of the object holding the PEM bundle.
+    pub key: String,
+}
+
+impl ClientCaMount {
+    /// Where the replicas read it (the chart mounts it at the same place).
+    pub const DIR: &'static str = "/etc/koord-webhook/client-ca";
+
+    pub fn file(&self) -> String {
+        format!("{}/{}", Self::DIR, self.key)
+    }
 }
 
 /// The whole install file as multi-document YAML.

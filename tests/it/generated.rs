@@ -194,6 +194,27 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
     let narrowed = helm_template("koordinator-system", &["createNamespace=true"]);
     assert!(!narrowed.contains("mpod-update.koordinator.sh"));
     assert!(narrowed.contains("name: koord-amplified-node"));
+
+    // Caller authentication: the client CA bundle from a ConfigMap or a Secret, mounted whole.
+    for (value, flag) in [
+        (
+            "clientCA.configMap=api-client-ca",
+            "--client-ca-configmap=api-client-ca",
+        ),
+        (
+            "clientCA.secret=api-client-ca",
+            "--client-ca-secret=api-client-ca",
+        ),
+    ] {
+        let chart = helm_template(
+            "koordinator-system",
+            &["createNamespace=true", value, "clientCA.key=bundle.pem"],
+        );
+        let binary = manifests(&[flag, "--client-ca-key=bundle.pem"]);
+        assert!(chart.contains("- --client-ca-file=/etc/koord-webhook/client-ca/bundle.pem"));
+        assert!(!chart.contains("subPath:"));
+        assert_same_objects(&chart, &binary, value);
+    }
 }
 
 /// Bad values stop the render with a message rather than installing something else.
@@ -208,6 +229,10 @@ fn the_chart_refuses_bad_values() {
         (
             "certificates.mode=manual",
             "certificates.mode is self or external",
+        ),
+        (
+            "clientCA.configMap=a,clientCA.secret=b",
+            "a configMap or a secret, not both",
         ),
     ] {
         let out = std::process::Command::new(helm())

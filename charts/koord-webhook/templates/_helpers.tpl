@@ -90,6 +90,12 @@ app.kubernetes.io/name: koord-webhook
 {{- if not .Values.webhooks.narrowCalls }}
 - --narrow-calls=off
 {{- end }}
+{{- with .Values.clientCA }}
+{{- if and .configMap .secret }}{{ fail "clientCA: a configMap or a secret, not both" }}{{ end }}
+{{- if or .configMap .secret }}
+- --client-ca-file=/etc/koord-webhook/client-ca/{{ .key }}
+{{- end }}
+{{- end }}
 {{- if eq .Values.certificates.mode "external" }}
 - --cert-mode=external
 {{- else if ne .Values.certificates.mode "self" }}
