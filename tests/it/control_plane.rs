@@ -239,9 +239,13 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
             "metrics.serviceMonitor.enabled=true",
             "metrics.prometheusRule.enabled=true",
             "webhooks.excludeNamespaceLabels={koordinator.sh/exempt}",
+            "networkPolicy.apiServerCIDRs={10.96.0.1/32,192.168.0.0/24}",
+            "clientCA.configMap=api-client-ca",
         ],
     );
     for kind in [
+        "kind: NetworkPolicy",
+        "cidr: 192.168.0.0/24",
         "kind: Certificate",
         "kind: Issuer",
         "kind: ServiceMonitor",
@@ -260,6 +264,7 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
         "prometheusrule.monitoring.coreos.com/koord-webhook",
         "service/koord-webhook-metrics",
         "deployment.apps/koord-webhook",
+        "networkpolicy.networking.k8s.io/koord-webhook",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/koordinator-validating-webhook-configuration",
     ] {
         assert!(out.contains(object), "{object} missing from: {out}");
