@@ -259,6 +259,15 @@ pub struct ServeArgs {
         default_value = "0.0.0.0:8080"
     )]
     pub metrics_bind_address: String,
+    /// Where the kubelet's probes (`/healthz`, `/readyz`) are answered on a listener of their own:
+    /// one request per connection, a 2 s head timeout and a cap per caller address, so nothing can
+    /// starve them; `0` turns it off (the operations port answers them too).
+    #[arg(
+        long,
+        env = "KOORD_WEBHOOK_HEALTH_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
+    pub health_bind_address: String,
     /// Require a client certificate signed by a CA of this PEM file on the admission port (the API
     /// server presents one when its AdmissionConfiguration gives it a kubeconfig for the webhook).
     /// Re-read every --tls-reload-interval.

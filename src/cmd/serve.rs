@@ -184,6 +184,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let handle = server.handle();
     let serving = tokio::spawn(server);
+    let probes = match args.health_bind_address.as_str() {
+        "0" | "" => None,
+        address => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("--health-bind-address {address}: cannot listen"))?;
+            tracing::info!(address, "probe port listening");
+            Some(tokio::spawn(server::probes::serve(listener, state.clone())))
+        }
+    };
     let ops_handle = match args.metrics_bind_address.as_str() {
         "0" | "" => None,
         address => {
@@ -232,6 +242,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     handle.stop(true).await;
     if let Some(ops) = ops_handle {
         ops.stop(true).await;
+    }
+    if let Some(task) = probes {
+        task.abort();
     }
     if let Some(task) = operator_task {
         task.abort();

@@ -22,6 +22,7 @@ use crate::names::{APP_NAME, SELECTOR_LABEL, SERVICE_NAME, app_labels, namespace
 
 const PORT: i32 = 9443;
 const METRICS_PORT: i32 = 8080;
+const HEALTH_PORT: i32 = 8081;
 
 fn selector_labels() -> BTreeMap<String, String> {
     [(SELECTOR_LABEL.to_owned(), APP_NAME.to_owned())].into()
@@ -36,14 +37,15 @@ fn meta(name: &str) -> ObjectMeta {
     }
 }
 
-/// Probes go to the plain-HTTP operations port, so they work when the admission port requires
-/// client certificates (`--client-ca-file`). `period` x `failures` is how long a replica that stopped
-/// answering keeps its place.
+/// Probes go to the probe port (`--health-bind-address`, plain HTTP), which nothing else can
+/// starve and which works when the admission port requires client certificates
+/// (`--client-ca-file`). `period` x `failures` is how long a replica that stopped answering keeps
+/// its place.
 fn probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String("metrics".to_owned()),
+            port: IntOrString::String("health".to_owned()),
             scheme: Some("HTTP".to_owned()),
             ..Default::default()
         }),
@@ -130,6 +132,13 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
             ContainerPort {
                 name: Some("metrics".to_owned()),
                 container_port: METRICS_PORT,
+                protocol: Some("TCP".to_owned()),
+                ..Default::default()
+            },
+            // The probes' own port (`--health-bind-address`, default :8081).
+            ContainerPort {
+                name: Some("health".to_owned()),
+                container_port: HEALTH_PORT,
                 protocol: Some("TCP".to_owned()),
                 ..Default::default()
             },

@@ -1,23 +1,23 @@
-//! `/healthz` and `/readyz`.
+//! `/healthz` and `/readyz` on the operations port (the probes' own listener answers the same:
+//! `probes.rs`).
 
 use actix_web::{HttpResponse, web};
 
 use super::Shared;
+use super::probes::answer;
 
-pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+fn respond((status, body): (u16, String)) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(status)
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    HttpResponse::build(status)
+        .content_type("text/plain")
+        .body(body)
+}
+
+pub async fn healthz(shared: web::Data<Shared>) -> HttpResponse {
+    respond(answer(&shared.state, "/healthz"))
 }
 
 pub async fn readyz(shared: web::Data<Shared>) -> HttpResponse {
-    let mut reasons = shared.state.readiness.reasons();
-    if !shared.state.resolver.is_loaded() {
-        reasons.push("certificate: no serving certificate loaded".to_owned());
-    }
-    if reasons.is_empty() {
-        HttpResponse::Ok().content_type("text/plain").body("ok\n")
-    } else {
-        HttpResponse::ServiceUnavailable()
-            .content_type("text/plain")
-            .body(reasons.join("\n") + "\n")
-    }
+    respond(answer(&shared.state, "/readyz"))
 }

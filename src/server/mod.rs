@@ -5,6 +5,7 @@ mod admission;
 pub mod health;
 pub mod limits;
 pub mod ops;
+pub mod probes;
 
 use std::net::TcpListener;
 use std::sync::Arc;
