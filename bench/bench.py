@@ -141,7 +141,7 @@ def self_signed(directory, name):
 
 def koord(name, port, state, *extra):
     return Server(name, port, [KOORD, "serve", "--port", str(port), "--bind-address", "127.0.0.1",
-                               "--metrics-bind-address", "0", "--state", state, "--tls-cert-file", os.path.join(OUT, "tls.crt"),
+                               "--metrics-bind-address", "0", "--health-bind-address", "0", "--state", state, "--tls-cert-file", os.path.join(OUT, "tls.crt"),
                                "--tls-key-file", os.path.join(OUT, "tls.key"), *extra])
 
 
@@ -220,7 +220,7 @@ def rotation():
         self_signed(pair, f"rotation-{i}")
     server = Server("koord-webhook-rotation", 19505, [
         KOORD, "serve", "--port", "19505", "--bind-address", "127.0.0.1",
-        "--metrics-bind-address", "127.0.0.1:19506", "--state", os.path.join(ROOT, "bench", "state"),
+        "--metrics-bind-address", "127.0.0.1:19506", "--health-bind-address", "0", "--state", os.path.join(ROOT, "bench", "state"),
         "--tls-cert-file", os.path.join(live, "tls.crt"), "--tls-key-file", os.path.join(live, "tls.key"),
         "--tls-reload-interval", "200ms"])
     seconds = 22

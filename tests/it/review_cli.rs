@@ -224,6 +224,8 @@ fn serve_refuses_a_bad_flag_with_one_line() {
             "0",
             "--metrics-bind-address",
             "0",
+            "--health-bind-address",
+            "0",
         ])
         .output()
         .unwrap();

@@ -507,6 +507,8 @@ async fn serve_rereads_its_certificate_files() {
                 &port.to_string(),
                 "--metrics-bind-address",
                 "0",
+                "--health-bind-address",
+                "0",
             ])
             .arg("--state")
             .arg(fixture("state/quota-tree.yaml"))
@@ -890,7 +892,8 @@ fn first_log_lines(flags: &[&str]) -> Vec<String> {
             .args(flags)
             .args(["serve", "--bind-address", "127.0.0.1", "--port"])
             .arg(port.to_string())
-            .args(["--metrics-bind-address", "0", "--state"])
+            .args(["--metrics-bind-address", "0", "--health-bind-address", "0"])
+            .arg("--state")
             .arg(fixture("state/quota-tree.yaml"))
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -78,6 +78,7 @@ impl Operator {
             ])
             .args(["--webhook-host", "127.0.0.1", "--identity", name])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{ops_port}")])
+            .args(["--health-bind-address", "0"])
             .args(if args.contains(&"--drain-delay") {
                 &[][..]
             } else {
