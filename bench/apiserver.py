@@ -12,7 +12,10 @@ reaches, dry-run and real, in three cases measured in one run on the same machin
 - go-peer: bench/go-peer (controller-runtime) in its own image, two replicas behind a Service, with
   the same pod entries as koord-webhook's (rules, namespace selector, failurePolicy, timeout);
 - floor: the same Pods run with `--floor`, answering "allowed" without reading the object: what any
-  webhook costs at the least, same entries, same Service path.
+  webhook costs at the least, same entries, same Service path;
+- conditions only: koord-webhook's pod entries with the matchConditions its leader wrote, and no
+  koord-webhook running (the Service points nowhere, failurePolicy Ignore): what the API server spends
+  deciding to skip a plain pod, without the operator's own API traffic.
 
 Two workloads: plain pods (nothing Koordinator reads) dry-run and real at every rate, and Koordinator
 pods (labelled app=spark, which a ClusterColocationProfile turns into BE batch pods) dry-run at 50/s
@@ -173,6 +176,30 @@ def wait_narrowed(cluster, log):
         if time.time() > deadline:
             raise RuntimeError("the leader never narrowed the pod entries")
         time.sleep(2)
+
+
+def written_pod_entries(cluster):
+    """The pod entries as the leader wrote them (with their matchConditions), by configuration kind."""
+    entries = {}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        out = json.loads(cluster.kubectl("get", kind.lower() + "s", "-o", "json"))
+        entries[kind] = [w for c in out["items"] for w in c.get("webhooks", [])
+                         if w.get("clientConfig", {}).get("service", {}).get("path") in POD_PATHS]
+    return entries
+
+
+def conditions_only(written):
+    """Configurations with the written pod entries, calling a Service that does not exist: every
+    pod the conditions send fails open (Ignore); the plain pods of the load are never sent."""
+    docs = []
+    for kind, webhooks in written.items():
+        for w in webhooks:
+            w["failurePolicy"] = "Ignore"
+            w["clientConfig"] = {"service": {"name": "nowhere", "namespace": "default", "port": 443,
+                                             "path": w["clientConfig"]["service"]["path"]}}
+        docs.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                     "metadata": {"name": f"conditions-only-{kind.lower()}"}, "webhooks": webhooks})
+    return docs
 
 
 def uninstall_koord(cluster, koord):
@@ -348,7 +375,13 @@ def run(log, record, oha, koord, duration):
             install_koord(cluster)
             wait_narrowed(cluster, log)
             measure(cluster, oha, record, "koord-webhook", "koordinator-system", names, duration)
+            written = written_pod_entries(cluster)
             uninstall_koord(cluster, koord)
+            log("apiserver: the narrowed pod entries alone, nothing called")
+            cluster.apply(conditions_only(written))
+            measure(cluster, oha, record, "conditions only", None, names, duration)
+            for kind, _ in written.items():
+                cluster.kubectl("delete", kind.lower(), f"conditions-only-{kind.lower()}")
             log("apiserver: the Go peer, same entries")
             install_peer(cluster, d)
             measure(cluster, oha, record, "go-peer", PEER_NAMESPACE, names, duration)
