@@ -15,7 +15,9 @@ reaches, dry-run and real, in three cases measured in one run on the same machin
   webhook costs at the least, same entries, same Service path;
 - conditions only: koord-webhook's pod entries with the matchConditions its leader wrote, and no
   koord-webhook running (the Service points nowhere, failurePolicy Ignore): what the API server spends
-  deciding to skip a plain pod, without the operator's own API traffic.
+  deciding to skip a plain pod, without the operator's own API traffic;
+- condition false: the same entries with the one condition `false`: what evaluating any condition
+  costs (the pod's conversion for CEL), whatever the expression.
 
 Two workloads: plain pods (nothing Koordinator reads) dry-run and real at every rate, and Koordinator
 pods (labelled app=spark, which a ClusterColocationProfile turns into BE batch pods) dry-run at 50/s
@@ -380,6 +382,12 @@ def run(log, record, oha, koord, duration):
             log("apiserver: the narrowed pod entries alone, nothing called")
             cluster.apply(conditions_only(written))
             measure(cluster, oha, record, "conditions only", None, names, duration)
+            for kind, webhooks in written.items():
+                for w in webhooks:
+                    w["matchConditions"] = [{"name": "never", "expression": "false"}]
+            log("apiserver: the same entries with the condition `false`")
+            cluster.apply(conditions_only(written))
+            measure(cluster, oha, record, "condition false", None, names, duration)
             for kind, _ in written.items():
                 cluster.kubectl("delete", kind.lower(), f"conditions-only-{kind.lower()}")
             log("apiserver: the Go peer, same entries")

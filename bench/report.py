@@ -257,7 +257,8 @@ if apiserver and any(r["server"] == "floor" for r in apiserver):
     print("*floor*: the Go peer's Pods with `--floor`, answering allowed without reading the object (the "
           "least any webhook costs), same entries. *Calls* are the API server's own count of calls to "
           "the pod entries; *skipped* = creates the API server answered without calling them.\n")
-    cases = ["koord-webhook", "conditions only", "koord-webhook wide", "floor", "go-peer"]
+    cases = ["koord-webhook", "conditions only", "condition false", "koord-webhook wide", "floor",
+             "go-peer"]
     lines = []
     for endpoint in endpoints:
         none = at("none", endpoint)
