@@ -349,15 +349,14 @@ impl Issuer {
         record_not_after(metrics, &ca.ca, &tls.serving);
         metrics.operator.ca_rotation_phase.set(ca.phase.number());
 
-        let written = webhook_configs::converge_all(
-            &self.client,
-            &self.desired,
-            tls.bundle.as_bytes(),
-            &self.leadership,
-            &self.absence,
-            self.pod_reach.as_ref(),
-        )
-        .await?;
+        let keeper = webhook_configs::Keeper {
+            client: &self.client,
+            fence: &self.leadership,
+            absence: &self.absence,
+            pods: self.pod_reach.as_ref(),
+        };
+        let written =
+            webhook_configs::converge_all(&keeper, &self.desired, tls.bundle.as_bytes()).await?;
         self.record_writes(&written).await;
         if !written.is_empty() {
             metrics

@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::Narrowing;
 use super::pod::{PodEntry, Reach};
+use crate::admission::webhooks::WEBHOOKS;
 
 /// The annotation holding the record on each webhook configuration.
 pub const REACH_ANNOTATION: &str = "koord-webhook.koordinator.sh/pod-reach";
@@ -35,21 +37,30 @@ pub struct ReachRecord {
 }
 
 impl PodEntry {
-    /// The entry's name in its configuration.
+    /// The entry's name in its configuration, as the webhook table has it.
     pub fn entry_name(self) -> &'static str {
-        match self {
-            PodEntry::Create => "mpod-create.koordinator.sh",
-            PodEntry::Validate => "vpod.koordinator.sh",
-        }
+        entry_with(match self {
+            PodEntry::Create => Narrowing::PodCreate,
+            PodEntry::Validate => Narrowing::PodValidation,
+        })
     }
 
     /// The entry every change that can widen this one passes (failurePolicy Fail).
     pub fn guard_entry(self) -> &'static str {
-        match self {
-            PodEntry::Create => "vclustercolocationprofile.koordinator.sh",
-            PodEntry::Validate => "velasticquota.koordinator.sh",
-        }
+        entry_with(match self {
+            PodEntry::Create => Narrowing::PodReachGuard,
+            PodEntry::Validate => Narrowing::ElasticQuotaChange,
+        })
     }
+}
+
+/// The name of the table's entry narrowed this way (each of these narrowings names one entry).
+fn entry_with(narrowing: Narrowing) -> &'static str {
+    WEBHOOKS
+        .iter()
+        .flat_map(|w| w.entries)
+        .find(|e| e.narrowing == narrowing)
+        .map_or("", |e| e.name)
 }
 
 pub fn now_ms() -> u64 {
@@ -217,6 +228,20 @@ mod tests {
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
         json_patch::patch(&mut out, &patch).unwrap();
         out
+    }
+
+    #[test]
+    fn pod_entries_and_their_guards_are_in_the_table() {
+        assert_eq!(PodEntry::Create.entry_name(), "mpod-create.koordinator.sh");
+        assert_eq!(PodEntry::Validate.entry_name(), "vpod.koordinator.sh");
+        assert_eq!(
+            PodEntry::Create.guard_entry(),
+            "vclustercolocationprofile.koordinator.sh"
+        );
+        assert_eq!(
+            PodEntry::Validate.guard_entry(),
+            "velasticquota.koordinator.sh"
+        );
     }
 
     #[test]

@@ -306,14 +306,27 @@ impl Absence {
     }
 }
 
+/// What every write of a pass shares: the client, the fence checked before each write, which
+/// configurations have gone missing, and where the pod entries' reach comes from (calls narrowed).
+#[derive(Clone, Copy)]
+pub struct Keeper<'a> {
+    pub client: &'a Client,
+    pub fence: &'a Leadership,
+    pub absence: &'a Absence,
+    pub pods: Option<&'a PodReachSource>,
+}
+
 async fn converge<C: Configuration>(
-    client: &Client,
+    keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-    fence: &Leadership,
-    absence: &Absence,
-    pods: Option<&PodReachSource>,
 ) -> Result<Option<Written>, IssueError> {
+    let Keeper {
+        client,
+        fence,
+        absence,
+        pods,
+    } = *keeper;
     let api: Api<C> = Api::all(client.clone());
     let current = api.get_opt(C::NAME).await?;
     let mut desired = desired.clone();
@@ -393,14 +406,11 @@ async fn converge<C: Configuration>(
 /// expression it does not accept: a write is all or nothing, so nothing of the refused one was
 /// stored). Wide entries only cost calls; refused ones would leave the caBundle unpublished.
 async fn converge_or_widen<C: Configuration>(
-    client: &Client,
+    keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-    fence: &Leadership,
-    absence: &Absence,
-    pods: Option<&PodReachSource>,
 ) -> Result<Option<Written>, IssueError> {
-    match converge::<C>(client, desired, bundle, fence, absence, pods).await {
+    match converge::<C>(keeper, desired, bundle).await {
         Err(IssueError::Kube(kube::Error::Api(refusal)))
             if refusal.code == 422 && desired.target.narrow_calls =>
         {
@@ -410,7 +420,11 @@ async fn converge_or_widen<C: Configuration>(
                 "the API server refused the narrowed webhook entries; writing them wide"
             );
             let wide = desired.wide();
-            let written = converge::<C>(client, &wide, bundle, fence, absence, None).await?;
+            let wide_keeper = Keeper {
+                pods: None,
+                ..*keeper
+            };
+            let written = converge::<C>(&wide_keeper, &wide, bundle).await?;
             let reference = written.as_ref().map_or_else(
                 || C::desired(&wide.gates, &wide.target, bundle).object_ref(&()),
                 |w| w.reference.clone(),
@@ -427,21 +441,14 @@ async fn converge_or_widen<C: Configuration>(
 
 /// Brings both configurations to the desired state with `bundle`; the ones it wrote.
 pub async fn converge_all(
-    client: &Client,
+    keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-    fence: &Leadership,
-    absence: &Absence,
-    pods: Option<&PodReachSource>,
 ) -> Result<Vec<Written>, IssueError> {
-    let mutating = converge_or_widen::<MutatingWebhookConfiguration>(
-        client, desired, bundle, fence, absence, pods,
-    )
-    .await?;
-    let validating = converge_or_widen::<ValidatingWebhookConfiguration>(
-        client, desired, bundle, fence, absence, pods,
-    )
-    .await?;
+    let mutating =
+        converge_or_widen::<MutatingWebhookConfiguration>(keeper, desired, bundle).await?;
+    let validating =
+        converge_or_widen::<ValidatingWebhookConfiguration>(keeper, desired, bundle).await?;
     Ok(mutating.into_iter().chain(validating).collect())
 }
 

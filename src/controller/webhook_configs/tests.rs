@@ -234,6 +234,20 @@ mod against_the_api {
         }
     }
 
+    /// A pass's writer for these tests: pod entries as the manifests have them.
+    fn keeper<'a>(
+        client: &'a kube::Client,
+        fence: &'a Leadership,
+        absence: &'a Absence,
+    ) -> Keeper<'a> {
+        Keeper {
+            client,
+            fence,
+            absence,
+            pods: None,
+        }
+    }
+
     fn stored<C: Configuration>(bundle: &[u8]) -> Value {
         let mut value =
             serde_json::to_value(C::desired(&desired().gates, &desired().target, bundle)).unwrap();
@@ -264,12 +278,9 @@ mod against_the_api {
             ),
         ]);
         let wrote = converge_all(
-            &client,
+            &keeper(&client, &Leadership::always(), &Absence::default()),
             &desired(),
             b"ca",
-            &Leadership::always(),
-            &Absence::default(),
-            None,
         )
         .await
         .unwrap();
@@ -315,12 +326,9 @@ mod against_the_api {
             ),
         ]);
         let wrote = converge_all(
-            &client,
+            &keeper(&client, &Leadership::always(), &Absence::default()),
             &desired(),
             b"new",
-            &Leadership::always(),
-            &Absence::default(),
-            None,
         )
         .await
         .unwrap();
@@ -368,12 +376,9 @@ mod against_the_api {
             stored::<MutatingWebhookConfiguration>(b"old"),
         )]);
         let result = converge_all(
-            &client,
+            &keeper(&client, &follower, &Absence::default()),
             &desired(),
             b"new",
-            &follower,
-            &Absence::default(),
-            None,
         )
         .await;
         drop(client);
