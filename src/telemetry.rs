@@ -43,11 +43,17 @@ impl std::fmt::Display for Clipped<'_> {
             end -= 1;
         }
         // Control characters escaped: a caller's newline must not start a log line of its own.
-        for c in text[..end].chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_debug())?;
-            } else {
-                write!(f, "{c}")?;
+        // Every request's span formats these: the usual text is written in one piece.
+        let shown = &text[..end];
+        if !shown.chars().any(char::is_control) {
+            f.write_str(shown)?;
+        } else {
+            for c in shown.chars() {
+                if c.is_control() {
+                    write!(f, "{}", c.escape_debug())?;
+                } else {
+                    write!(f, "{c}")?;
+                }
             }
         }
         if end < text.len() {
