@@ -40,4 +40,16 @@ impl Settings {
     pub fn is_slo_config(&self, namespace: &str, name: &str) -> bool {
         namespace == self.config_namespace && name == self.slo_config_name
     }
+
+    /// The ConfigMaps the rules read, as namespace and name, each once: all the cache watches of
+    /// ConfigMaps (one watch per name, so a namespace's other ConfigMaps are never held).
+    pub fn config_maps(&self) -> Vec<(String, String)> {
+        let mut all = vec![
+            (self.config_namespace.clone(), self.slo_config_name.clone()),
+            self.enhanced_validator_config.clone(),
+        ];
+        all.sort();
+        all.dedup();
+        all
+    }
 }

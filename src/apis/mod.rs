@@ -7,6 +7,7 @@ pub mod elastic_quota;
 pub mod elastic_quota_profile;
 pub mod keys;
 pub mod meta;
+mod open_enum;
 pub mod reservation;
 mod schema;
 

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PodTemplateSpec, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::open_enum::open_enum;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -109,14 +111,15 @@ pub enum PreAllocationMode {
     Cluster,
 }
 
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum ReservationPhase {
-    #[default]
-    Pending,
-    Available,
-    Succeeded,
-    Waiting,
-    Failed,
+open_enum! {
+    /// Written by koord-scheduler: open, a newer one may add phases.
+    pub enum ReservationPhase {
+        Pending = "Pending",
+        Available = "Available",
+        Succeeded = "Succeeded",
+        Waiting = "Waiting",
+        Failed = "Failed",
+    }
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -152,17 +155,21 @@ pub struct ReservationCondition {
     pub last_transition_time: Option<Time>,
 }
 
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum ConditionType {
-    #[default]
-    Scheduled,
-    Ready,
+open_enum! {
+    #[derive(Default)]
+    pub enum ConditionType {
+        #[default]
+        Scheduled = "Scheduled",
+        Ready = "Ready",
+    }
 }
 
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum ConditionStatus {
-    True,
-    False,
-    #[default]
-    Unknown,
+open_enum! {
+    #[derive(Default)]
+    pub enum ConditionStatus {
+        True = "True",
+        False = "False",
+        #[default]
+        Unknown = "Unknown",
+    }
 }

@@ -11,6 +11,8 @@ use crate::metrics::KindLabels;
 pub struct CacheMetrics {
     pub objects: Family<KindLabels, Gauge>,
     pub watch_restarts: Family<KindLabels, Counter>,
+    /// Objects left out of the cache because they do not decode (`lenient.rs`).
+    pub unreadable_objects: Family<KindLabels, Counter>,
 }
 
 impl CacheMetrics {
@@ -18,6 +20,7 @@ impl CacheMetrics {
         let metrics = Self {
             objects: Family::default(),
             watch_restarts: Family::default(),
+            unreadable_objects: Family::default(),
         };
         registry.register(
             "cache_objects",
@@ -28,6 +31,11 @@ impl CacheMetrics {
             "watch_restarts",
             "Watches that broke and resumed, by kind",
             metrics.watch_restarts.clone(),
+        );
+        registry.register(
+            "cache_unreadable_objects",
+            "Object versions left out of the cache because they do not decode, by kind",
+            metrics.unreadable_objects.clone(),
         );
         metrics
     }

@@ -4,6 +4,7 @@
 //! only for the map update, never across an await. In `review` and `serve --state` the stores are
 //! filled from files ([`load`]); in cluster mode the operator's watches feed the same writers.
 
+pub mod lenient;
 pub mod load;
 pub mod metrics;
 pub mod pod_index;

@@ -1,5 +1,6 @@
 //! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Pods and Nodes are watched
-//! as metadata only; ConfigMaps only in the operator's namespace. A broken watch resumes with
+//! as metadata only; ConfigMaps only those the rules read, by name; Koordinator's kinds leniently
+//! (`lenient.rs`). A broken watch resumes with
 //! kube-runtime's backoff while the cache stays readable.
 
 use std::fmt::Debug;
@@ -15,21 +16,23 @@ use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::lenient::{Lenient, SetAside, Unreadable};
+use super::metrics::CacheMetrics;
 use super::{CacheWriter, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::KindLabels;
-use crate::names::namespace;
 use prometheus_client::metrics::{counter::Counter, family::Family};
+use tokio::sync::mpsc;
 
 /// Feeds one watch into `apply` until the stream ends (never, in practice), counting broken
 /// watches.
-async fn drive<K, S>(
+async fn drive<T, S>(
     kind: &'static str,
     stream: S,
-    mut apply: impl FnMut(&Event<K>) + Send,
+    mut apply: impl FnMut(&T) + Send,
     restarts: Family<KindLabels, Counter>,
 ) where
-    S: Stream<Item = watcher::Result<Event<K>>> + Send,
+    S: Stream<Item = watcher::Result<T>> + Send,
 {
     stream
         .for_each(|event| {
@@ -54,12 +57,83 @@ where
     move |event| writer.apply_watcher_event(event)
 }
 
+/// A watch of one of Koordinator's kinds, whose unreadable objects are set aside (`lenient.rs`).
+fn watch_lenient<K>(
+    client: Client,
+    mut set_aside: SetAside,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: Resource + Clone + Debug + Default + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    watch(Api::<Lenient<K>>::all(client)).filter_map(move |event| {
+        future::ready(match event {
+            Ok(event) => set_aside.event(event).map(Ok),
+            Err(e) => Some(Err(e)),
+        })
+    })
+}
+
 fn watch<K>(api: Api<K>) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default,
 {
     watcher::watcher(api, Config::default()).default_backoff()
+}
+
+/// One watch per ConfigMap the rules read, by field selector on its name (nothing else of its
+/// namespace is listed or held), merged; each event with the index of the watch it came from.
+fn named_config_maps(
+    client: &Client,
+    wanted: &[(String, String)],
+) -> impl Stream<Item = watcher::Result<(usize, Event<ConfigMap>)>> + Send + use<> {
+    let watches = wanted
+        .iter()
+        .enumerate()
+        .map(|(source, (namespace, name))| {
+            let config = Config::default().fields(&format!("metadata.name={name}"));
+            watcher::watcher(
+                Api::<ConfigMap>::namespaced(client.clone(), namespace),
+                config,
+            )
+            .default_backoff()
+            .map(move |event| event.map(|e| (source, e)))
+            .boxed()
+        });
+    futures::stream::select_all(watches)
+}
+
+/// Feeds the ConfigMap store from the named watches. Each watch holds at most one object, and a
+/// reflector store's relist replaces everything it holds: so the store is reset to every watch's
+/// current object on each change, once every watch has listed (it is then ready).
+fn follow_named(
+    mut writer: Writer<ConfigMap>,
+    sources: usize,
+) -> impl FnMut(&(usize, Event<ConfigMap>)) + Send {
+    let mut current: Vec<Option<ConfigMap>> = vec![None; sources];
+    let mut listing: Vec<Option<ConfigMap>> = vec![None; sources];
+    let mut listed = vec![false; sources];
+    move |(i, event)| {
+        let i = *i;
+        match event {
+            Event::Apply(o) => current[i] = Some(o.clone()),
+            Event::Delete(_) => current[i] = None,
+            Event::Init => listing[i] = None,
+            Event::InitApply(o) => listing[i] = Some(o.clone()),
+            Event::InitDone => {
+                current[i] = listing[i].take();
+                listed[i] = true;
+            }
+        }
+        if listed.iter().all(|l| *l) {
+            writer.apply_watcher_event(&Event::Init);
+            for o in current.iter().flatten() {
+                writer.apply_watcher_event(&Event::InitApply(o.clone()));
+            }
+            writer.apply_watcher_event(&Event::InitDone);
+        }
+    }
 }
 
 /// Keeps the quota topology in step with ElasticQuota events (a full relist rebuilds it).
@@ -80,7 +154,13 @@ fn follow_topology(topology: SharedTopology) -> impl FnMut(&Event<ElasticQuota>)
 }
 
 /// Starts every watch; the returned future runs them all.
-pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabels, Counter>) {
+pub async fn run(
+    client: Client,
+    writer: CacheWriter,
+    metrics: CacheMetrics,
+    wanted_config_maps: Vec<(String, String)>,
+    unreadable: mpsc::Sender<Unreadable>,
+) {
     let CacheWriter {
         elastic_quotas,
         elastic_quota_profiles,
@@ -106,36 +186,41 @@ pub async fn run(client: Client, writer: CacheWriter, restarts: Family<KindLabel
         watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(super::slim_node);
     let pod_meta =
         watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(super::slim_pod);
+    let restarts = metrics.watch_restarts;
     let m = || restarts.clone();
+    let aside = |kind| SetAside::new(kind, &metrics.unreadable_objects, unreadable.clone());
     tokio::join!(
         drive(
             "elasticquota",
-            watch(Api::<ElasticQuota>::all(client.clone())),
+            watch_lenient::<ElasticQuota>(client.clone(), aside("elasticquota")),
             quotas,
             m()
         ),
         drive(
             "elasticquotaprofile",
-            watch(Api::<ElasticQuotaProfile>::all(client.clone())),
+            watch_lenient::<ElasticQuotaProfile>(client.clone(), aside("elasticquotaprofile")),
             into(elastic_quota_profiles),
             m()
         ),
         drive(
             "reservation",
-            watch(Api::<Reservation>::all(client.clone())),
+            watch_lenient::<Reservation>(client.clone(), aside("reservation")),
             into(reservations),
             m()
         ),
         drive(
             "clustercolocationprofile",
-            watch(Api::<ClusterColocationProfile>::all(client.clone())),
+            watch_lenient::<ClusterColocationProfile>(
+                client.clone(),
+                aside("clustercolocationprofile")
+            ),
             into(colocation_profiles),
             m()
         ),
         drive(
             "configmap",
-            watch(Api::<ConfigMap>::namespaced(client.clone(), namespace())),
-            into(config_maps),
+            named_config_maps(&client, &wanted_config_maps),
+            follow_named(config_maps, wanted_config_maps.len()),
             m()
         ),
         drive(

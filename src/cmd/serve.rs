@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::admission::Services;
 use crate::admission::ports::{LedgerStore, PodReachGuard, QuotaStore};
+use crate::admission::{Services, Settings};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
@@ -29,7 +29,12 @@ use crate::stores::quota_ledger::KubeLedgerStore;
 use crate::tls::CertResolver;
 use crate::tls::files::PairFiles;
 
-fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> OperatorConfig {
+fn operator_config(
+    flags: &OperatorFlags,
+    port: u16,
+    gates: FeatureGates,
+    settings: &Settings,
+) -> OperatorConfig {
     let identity = flags.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
@@ -64,6 +69,7 @@ fn operator_config(flags: &OperatorFlags, port: u16, gates: FeatureGates) -> Ope
         child_request_quiet: flags.child_request_recount_quiet,
         narrow_hold: flags.narrow_hold,
         verify_host,
+        config_maps: settings.config_maps(),
     }
 }
 
@@ -91,7 +97,7 @@ async fn terminated() {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
     if args.state.is_none() && args.operator.leader_elect {
-        operator_config(&args.operator, args.port, gates)
+        operator_config(&args.operator, args.port, gates, &args.rules.settings())
             .lease
             .validate()
             .map_err(anyhow::Error::msg)?;
@@ -213,7 +219,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let operator_task = operator.map(|(client, writer)| {
-        let config = operator_config(&args.operator, args.port, gates);
+        let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
         tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
         tokio::spawn(controller::run(
             client,

@@ -63,6 +63,8 @@ pub struct OperatorConfig {
     pub narrow_hold: Duration,
     /// The host name the API server calls the webhook at (readiness verifies the pair for it).
     pub verify_host: String,
+    /// The ConfigMaps the rules read (namespace, name): the only ones the cache watches.
+    pub config_maps: Vec<(String, String)>,
 }
 
 /// The SANs of the serving certificate (docs/certificates.md).
@@ -107,8 +109,19 @@ pub async fn run(
     let recount_cache = writer.reader();
     let reach_cache = writer.reader();
 
-    let cache_task =
-        crate::cache::watch::run(client.clone(), writer, metrics.cache.watch_restarts.clone());
+    let (unreadable, unreadable_rx) =
+        tokio::sync::mpsc::channel(crate::cache::lenient::QUEUED_EVENTS);
+    let cache_task = crate::cache::watch::run(
+        client.clone(),
+        writer,
+        metrics.cache.clone(),
+        config.config_maps.clone(),
+        unreadable,
+    );
+    tokio::spawn(crate::cache::lenient::publish(
+        Recorder::new(client.clone(), reporter(&config.identity)),
+        unreadable_rx,
+    ));
     let cache_ready = {
         let state = state.clone();
         async move {
@@ -301,6 +314,14 @@ async fn watch_configurations(client: Client, kick: Arc<Notify>) {
     }
 }
 
+/// Who records this replica's Events.
+fn reporter(identity: &str) -> Reporter {
+    Reporter {
+        controller: "koord-webhook".to_owned(),
+        instance: Some(identity.to_owned()),
+    }
+}
+
 /// The leader's loop: a pass on every kick, on its timer, and when it becomes leader.
 async fn issue_as_leader(
     client: Client,
@@ -310,15 +331,11 @@ async fn issue_as_leader(
     metrics: &crate::metrics::Metrics,
     cache: crate::cache::Cache,
 ) {
-    let reporter = Reporter {
-        controller: "koord-webhook".to_owned(),
-        instance: Some(config.identity.clone()),
-    };
     let issuer = Issuer {
         client: client.clone(),
         policy: config.policy.clone(),
         desired: config.desired.clone(),
-        recorder: Recorder::new(client, reporter),
+        recorder: Recorder::new(client, reporter(&config.identity)),
         leadership: leadership.clone(),
         absence: Default::default(),
         pod_reach: config

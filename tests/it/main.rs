@@ -6,6 +6,7 @@
 
 mod support;
 
+mod cache_watch;
 mod control_plane;
 pub(crate) mod generated;
 mod node;

@@ -57,10 +57,10 @@ pub fn check(pod: &Pod, name: &str, reservation: Option<&Reservation>) -> Result
     let reservation = reservation.ok_or_else(|| format!("reservation {name} not found"))?;
     let status = reservation.status.as_ref();
     if let Some(phase) = status
-        .and_then(|s| s.phase)
+        .and_then(|s| s.phase.as_ref())
         .filter(|p| matches!(p, ReservationPhase::Succeeded | ReservationPhase::Failed))
     {
-        return Err(format!("reservation {name} is {phase:?}"));
+        return Err(format!("reservation {name} is {phase}"));
     }
     let Some(allocatable) = status.and_then(|s| s.allocatable.as_ref()) else {
         return Ok(());
