@@ -13,8 +13,9 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use kube::core::admission::{AdmissionRequest, Operation};
 
+use super::endpoint::Deadline;
 use super::env::{Env, Services};
-use super::outcome::PluginResult;
+use super::outcome::{PluginResult, Rejection};
 use super::settings::Settings;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
@@ -45,6 +46,7 @@ pub struct Ctx<'a, T: kube::Resource> {
     pub settings: &'a Settings,
     notes: Mutex<Notes>,
     running: &'a RunningPlugin,
+    deadline: Option<Deadline>,
 }
 
 /// Audit annotations and warnings plugins add to the response.
@@ -64,7 +66,18 @@ impl<'a, T: kube::Resource> Ctx<'a, T> {
             settings: &env.settings,
             notes: Mutex::default(),
             running,
+            deadline: None,
         }
+    }
+
+    /// The chain stops before a plugin once `deadline` has passed.
+    pub fn until(mut self, deadline: Deadline) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    fn out_of_time(&self) -> bool {
+        self.deadline.is_some_and(|d| d.passed())
     }
 
     pub fn operation(&self) -> &Operation {
@@ -136,6 +149,21 @@ pub trait Validator<T: kube::Resource>: Send + Sync {
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, T>) -> Step<'a>;
 }
 
+/// Why a chain stopped before its end.
+#[derive(Debug)]
+pub enum Halt {
+    /// A plugin refused the request: the answer.
+    Rejected(Rejection),
+    /// The review's deadline passed between two plugins.
+    OutOfTime,
+}
+
+impl From<Rejection> for Halt {
+    fn from(rejection: Rejection) -> Self {
+        Halt::Rejected(rejection)
+    }
+}
+
 /// Runs one plugin step, timed, with the plugin noted as running while it does.
 async fn run_step<'a>(
     running: &RunningPlugin,
@@ -165,10 +193,13 @@ pub async fn run_mutators<T: kube::Resource>(
     object: &mut T,
     metrics: &Metrics,
     webhook: &'static str,
-) -> PluginResult {
+) -> Result<(), Halt> {
     for (position, plugin) in plugins.iter().enumerate() {
         if !plugin.enabled(ctx.gates) {
             continue;
+        }
+        if ctx.out_of_time() {
+            return Err(Halt::OutOfTime);
         }
         run_step(
             ctx.running,
@@ -189,10 +220,13 @@ pub async fn run_validators<T: kube::Resource>(
     ctx: &Ctx<'_, T>,
     metrics: &Metrics,
     webhook: &'static str,
-) -> PluginResult {
+) -> Result<(), Halt> {
     for (position, plugin) in plugins.iter().enumerate() {
         if !plugin.enabled(ctx.gates) {
             continue;
+        }
+        if ctx.out_of_time() {
+            return Err(Halt::OutOfTime);
         }
         run_step(
             ctx.running,

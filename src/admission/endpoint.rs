@@ -13,7 +13,7 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::Instrument;
 
-use super::chain::{Ctx, Mutator, RunningPlugin, Validator, run_mutators, run_validators};
+use super::chain::{Ctx, Halt, Mutator, RunningPlugin, Validator, run_mutators, run_validators};
 use super::env::{Env, Head};
 use super::metrics::{DenialLabels, PluginLabels, WebhookLabels};
 use super::node::Node;
@@ -27,6 +27,40 @@ use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
 /// The API server's own default when a request names no `?timeout=`.
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// When a review's answer is due: the API server's `?timeout=` (or its default) counted from when
+/// the request arrived, less a margin for the answer to travel back. Decoding and every plugin
+/// spend from it: work that cannot be preempted (a large decode, a synchronous rule) is checked
+/// after decode and between plugins, so a review answers by the deadline plus one plugin's time at
+/// most, not by the deadline plus everything after it.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    api_timeout: Duration,
+    budget: Duration,
+    at: tokio::time::Instant,
+}
+
+impl Deadline {
+    /// The deadline of a request that arrived at `received`.
+    pub fn from(received: tokio::time::Instant, api_timeout: Option<Duration>) -> Self {
+        let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
+        let budget = answer_budget(api_timeout);
+        Self {
+            api_timeout,
+            budget,
+            at: received + budget,
+        }
+    }
+
+    /// The deadline of a request arriving now.
+    pub fn starting_now(api_timeout: Option<Duration>) -> Self {
+        Self::from(tokio::time::Instant::now(), api_timeout)
+    }
+
+    pub fn passed(&self) -> bool {
+        tokio::time::Instant::now() >= self.at
+    }
+}
 
 /// Every endpoint, by the object type its chain decodes. An enum rather than a trait object: the
 /// server holds every path in one table, and a review is a plain `async fn` (no boxed future).
@@ -57,15 +91,15 @@ impl Endpoint {
         &self,
         body: &[u8],
         env: &Env,
-        api_timeout: Option<Duration>,
+        deadline: Deadline,
     ) -> Result<Vec<u8>, MalformedReview> {
         match self {
-            Endpoint::Pod(e) => e.review(body, env, api_timeout).await,
-            Endpoint::ElasticQuota(e) => e.review(body, env, api_timeout).await,
-            Endpoint::Node(e) => e.review(body, env, api_timeout).await,
-            Endpoint::Reservation(e) => e.review(body, env, api_timeout).await,
-            Endpoint::ConfigMap(e) => e.review(body, env, api_timeout).await,
-            Endpoint::ColocationProfile(e) => e.review(body, env, api_timeout).await,
+            Endpoint::Pod(e) => e.review(body, env, deadline).await,
+            Endpoint::ElasticQuota(e) => e.review(body, env, deadline).await,
+            Endpoint::Node(e) => e.review(body, env, deadline).await,
+            Endpoint::Reservation(e) => e.review(body, env, deadline).await,
+            Endpoint::ConfigMap(e) => e.review(body, env, deadline).await,
+            Endpoint::ColocationProfile(e) => e.review(body, env, deadline).await,
         }
     }
 }
@@ -150,7 +184,7 @@ impl<T: Object> TypedEndpoint<T> {
         &self,
         body: &[u8],
         env: &Env,
-        api_timeout: Option<Duration>,
+        deadline: Deadline,
     ) -> Result<Vec<u8>, MalformedReview> {
         let (head, request) = self.decode(body)?;
         let span = tracing::info_span!(
@@ -161,7 +195,7 @@ impl<T: Object> TypedEndpoint<T> {
             namespace = %Clipped(head.namespace.as_deref().unwrap_or_default(), MAX_LOGGED_NAME),
             name = %Clipped(&head.name, MAX_LOGGED_NAME),
         );
-        let verdict = self.admit(request, env, api_timeout).instrument(span).await;
+        let verdict = self.admit(request, env, deadline).instrument(span).await;
         Ok(review::encode(&head.uid, &verdict))
     }
 
@@ -204,30 +238,27 @@ impl<T: Object> TypedEndpoint<T> {
         &self,
         request: Option<Result<Box<AdmissionRequest<T>>, String>>,
         env: &Env,
-        api_timeout: Option<Duration>,
+        deadline: Deadline,
     ) -> Verdict {
         let (spec, metrics) = (self.spec, &env.metrics);
         let start = Instant::now();
-        let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
-        let budget = answer_budget(api_timeout);
         let running = RunningPlugin::default();
         let run = async {
             match request {
-                Some(request) => self.run(request, env, &running).await,
+                // Decoding a large object may already have spent the time.
+                _ if deadline.passed() => timed_out(spec, env, deadline),
+                Some(request) => self.run(request, env, &running, deadline).await,
                 None => Verdict::allow(),
             }
         };
-        let verdict = match tokio::time::timeout(budget, AssertUnwindSafe(run).catch_unwind()).await
-        {
+        let run = AssertUnwindSafe(run).catch_unwind();
+        let verdict = match tokio::time::timeout_at(deadline.at, run).await {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(panic)) => {
                 let plugin = running.get().and_then(|p| self.chain.plugin_name(p));
                 panicked(spec, env, plugin, panic)
             }
-            Err(_elapsed) => {
-                metrics.admission.error(spec.path, "timeout");
-                timed_out(spec, budget, api_timeout)
-            }
+            Err(_elapsed) => timed_out(spec, env, deadline),
         };
         let labels = WebhookLabels { webhook: spec.path };
         metrics.admission.requests.get_or_create(&labels).inc();
@@ -262,6 +293,7 @@ impl<T: Object> TypedEndpoint<T> {
         request: Result<Box<AdmissionRequest<T>>, String>,
         env: &Env,
         running: &RunningPlugin,
+        deadline: Deadline,
     ) -> Verdict {
         let mut request = match request {
             Ok(request) => request,
@@ -274,7 +306,7 @@ impl<T: Object> TypedEndpoint<T> {
             env.metrics.admission.error(self.spec.path, "decode");
             return Verdict::deny(400, "there is no content to decode");
         }
-        let ctx = Ctx::new(&request, env, running);
+        let ctx = Ctx::new(&request, env, running).until(deadline);
         let (mut result, mutated) = match &self.chain {
             Chain::Validating { plugins } => (
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
@@ -296,9 +328,9 @@ impl<T: Object> TypedEndpoint<T> {
         let patch = match (mutated, request.object.take()) {
             (Some((after, differ)), Some(before)) if result.is_ok() => differ(before, after)
                 .unwrap_or_else(|e| {
-                    result = Err(Rejection::internal(format!(
+                    result = Err(Halt::Rejected(Rejection::internal(format!(
                         "cannot encode the mutated object: {e}"
-                    )));
+                    ))));
                     None
                 }),
             _ => None,
@@ -308,7 +340,8 @@ impl<T: Object> TypedEndpoint<T> {
                 patch,
                 ..Verdict::allow()
             },
-            Err(rejection) => {
+            Err(Halt::OutOfTime) => return timed_out(self.spec, env, deadline),
+            Err(Halt::Rejected(rejection)) => {
                 if rejection.code >= 500 {
                     env.metrics.admission.error(self.spec.path, "internal");
                 }
@@ -332,10 +365,11 @@ pub fn answer_budget(api_timeout: Duration) -> Duration {
 /// A chain that would outlive the API server's wait. Under failurePolicy Ignore the API server would
 /// let the request through, so do we (with a warning); under Fail the user gets our reason instead of
 /// "context deadline exceeded".
-fn timed_out(spec: &WebhookSpec, budget: Duration, api_timeout: Duration) -> Verdict {
+fn timed_out(spec: &WebhookSpec, env: &Env, deadline: Deadline) -> Verdict {
+    env.metrics.admission.error(spec.path, "timeout");
     let message = format!(
-        "koord-webhook {} did not finish within {budget:?} (the API server waits {api_timeout:?})",
-        spec.path
+        "koord-webhook {} did not finish within {:?} (the API server waits {:?})",
+        spec.path, deadline.budget, deadline.api_timeout
     );
     tracing::warn!("{message}");
     match spec.failure_policy {

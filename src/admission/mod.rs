@@ -31,8 +31,8 @@ use std::time::Duration;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
 use crate::metrics::Metrics;
-pub use endpoint::Endpoint;
 use endpoint::TypedEndpoint;
+pub use endpoint::{Deadline, Endpoint};
 use env::Env;
 pub use env::Services;
 use review::MalformedReview;
@@ -116,7 +116,8 @@ impl Admission {
         let endpoint = self
             .endpoint(path)
             .ok_or_else(|| ReviewError::NotFound(path.to_owned()))?;
-        Ok(endpoint.review(body, &self.env, api_timeout).await?)
+        let deadline = Deadline::starting_now(api_timeout);
+        Ok(endpoint.review(body, &self.env, deadline).await?)
     }
 
     /// Every enabled endpoint's path, with the id the server routes it by.
@@ -127,17 +128,15 @@ impl Admission {
             .map(|(i, e)| (EndpointId(i), e.spec().path))
     }
 
-    /// Answers one AdmissionReview body sent to the endpoint `id`. `api_timeout` is the `?timeout=`
-    /// the API server sent: the answer comes before it runs out.
+    /// Answers one AdmissionReview body sent to the endpoint `id` by `deadline` (the API server's
+    /// `?timeout=` from when the request arrived).
     pub async fn review_at(
         &self,
         id: EndpointId,
         body: &[u8],
-        api_timeout: Option<Duration>,
+        deadline: Deadline,
     ) -> Result<Vec<u8>, MalformedReview> {
-        self.endpoints[id.0]
-            .review(body, &self.env, api_timeout)
-            .await
+        self.endpoints[id.0].review(body, &self.env, deadline).await
     }
 }
 

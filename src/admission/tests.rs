@@ -370,6 +370,73 @@ async fn a_chain_past_the_api_timeout_answers_before_it() {
     );
 }
 
+/// Works synchronously, as a rule that cannot be preempted does.
+struct Blocks(Duration, Arc<AtomicUsize>);
+
+impl Validator<Pod> for Blocks {
+    fn name(&self) -> &'static str {
+        "Blocks"
+    }
+    fn validate<'a>(&'a self, _ctx: &'a Ctx<'a, Pod>) -> Step<'a> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.0);
+        Ok(()).into()
+    }
+}
+
+#[tokio::test]
+async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
+    let (blocked, ran) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let chain: Vec<Box<dyn Validator<Pod>>> = vec![
+        Box::new(Blocks(Duration::from_millis(300), blocked.clone())),
+        Box::new(Reject("After", ran.clone())),
+    ];
+    let adm = admission(
+        vec![endpoint::Endpoint::from(TypedEndpoint::validating(
+            spec(webhooks::VALIDATE_POD),
+            chain,
+        ))],
+        FeatureGates::default(),
+    );
+    let (id, _) = adm.paths().next().unwrap();
+    let body = review_body("pods", None, pod("p"));
+    let timeout = Some(Duration::from_millis(200));
+
+    // The blocking plugin outlives the 100 ms budget: the next one never runs.
+    let late = Deadline::starting_now(timeout);
+    let answer = response(&adm.review_at(id, &body, late).await.unwrap());
+    assert_eq!(answer["status"]["code"], 504, "{answer}");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "no plugin runs past the deadline"
+    );
+
+    // Time spent before the chain (reading and decoding the body) counts: no plugin runs at all.
+    let arrived = tokio::time::Instant::now() - Duration::from_secs(1);
+    let spent = Deadline::from(arrived, timeout);
+    let answer = response(&adm.review_at(id, &body, spent).await.unwrap());
+    assert_eq!(answer["status"]["code"], 504, "{answer}");
+    assert_eq!(
+        blocked.load(Ordering::SeqCst),
+        1,
+        "only the first review ran the blocking plugin"
+    );
+
+    // With time to spare the whole chain runs.
+    let answer = response(
+        &adm.review_at(
+            id,
+            &body,
+            Deadline::starting_now(Some(Duration::from_secs(5))),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(answer["status"]["code"], 400, "{answer}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn the_answer_budget_leaves_a_margin() {
     assert_eq!(

@@ -10,7 +10,7 @@ use futures::StreamExt;
 
 use super::Shared;
 use super::limits::ConnectionStreams;
-use crate::admission::EndpointId;
+use crate::admission::{Deadline, EndpointId};
 use crate::duration::parse_duration;
 
 fn plain(status: StatusCode, message: impl Into<String>) -> HttpResponse {
@@ -55,6 +55,7 @@ pub async fn handle(
     shared: web::Data<Shared>,
     endpoint: EndpointId,
 ) -> HttpResponse {
+    let received = tokio::time::Instant::now();
     let api_timeout = match timeout_param(req.query_string()) {
         Ok(t) => t,
         Err(message) => {
@@ -94,7 +95,7 @@ pub async fn handle(
 
     match shared
         .admission
-        .review_at(endpoint, &body, api_timeout)
+        .review_at(endpoint, &body, Deadline::from(received, api_timeout))
         .await
     {
         Ok(response) => HttpResponse::Ok()
