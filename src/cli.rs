@@ -297,6 +297,9 @@ pub struct LimitFlags {
     /// Open connections over all workers; more wait in the listen backlog.
     #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Open connections from one client address; a connection over it is answered 503 and closed.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    pub max_connections_per_address: usize,
     /// HTTP worker threads (default: the cores, at least 2, whatever the CPU limit).
     #[arg(long, env = "KOORD_WEBHOOK_WORKERS")]
     pub workers: Option<usize>,
@@ -310,6 +313,7 @@ impl LimitFlags {
             read_timeout: self.request_read_timeout,
             max_streams_per_connection: self.max_streams_per_connection,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address.max(1),
             workers: self.workers.unwrap_or_else(limits::default_workers),
         }
     }

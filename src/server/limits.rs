@@ -18,6 +18,9 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: usize = 100;
 /// Open connections over all workers (the API server keeps a handful per replica).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
+/// Open connections from one client address: an API server over HTTP/1.1 opens one per call in
+/// flight, far fewer than this; one pod cannot hold more than an eighth of the total.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
 
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -26,6 +29,7 @@ pub struct Limits {
     pub read_timeout: Duration,
     pub max_streams_per_connection: usize,
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
     /// Worker threads of the HTTP server.
     pub workers: usize,
 }
@@ -38,6 +42,7 @@ impl Default for Limits {
             read_timeout: DEFAULT_READ_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             workers: default_workers(),
         }
     }

@@ -5,6 +5,7 @@ mod admission;
 pub mod health;
 pub mod limits;
 pub mod ops;
+pub mod per_address;
 pub mod probes;
 
 use std::net::TcpListener;
@@ -17,8 +18,10 @@ use actix_web::{App, HttpServer, web};
 use crate::admission::Admission;
 use crate::state::State;
 use crate::tls::{self, TlsError};
+use actix_tls::accept::rustls_0_23::TlsStream;
 use limits::{BodyBudget, ConnectionStreams};
 pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
+use per_address::PerAddress;
 
 /// The API server keeps idle webhook connections for 90 s; closing ours sooner causes intermittent
 /// "failed calling webhook" errors when it reuses one we just closed.
@@ -79,12 +82,14 @@ pub fn build(
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);
     let endpoints: Vec<_> = shared.admission.paths().collect();
+    let held = PerAddress::new(limits.max_connections_per_address, usize::MAX);
     let data = web::Data::from(shared);
     let server = HttpServer::new(move || {
         // The kubelet's probes, then one POST route per enabled endpoint; any other method on a
         // known path is a 405 naming the one it takes, any other path a 404. Metrics and debug
         // views are on the operations port only (`ops.rs`).
         let mut app = App::new()
+            .wrap_fn(per_address::refuse_when_full)
             .app_data(data.clone())
             .service(only("/healthz", Method::GET).route(web::get().to(health::healthz)))
             .service(only("/readyz", Method::GET).route(web::get().to(health::readyz)));
@@ -95,10 +100,14 @@ pub fn build(
         }
         app.default_service(web::to(admission::not_found))
     })
-    .on_connect(move |_, data| {
+    .on_connect(move |io, data| {
         data.insert(ConnectionStreams(Arc::new(tokio::sync::Semaphore::new(
             streams,
         ))));
+        let peer = io
+            .downcast_ref::<TlsStream<actix_web::rt::net::TcpStream>>()
+            .and_then(|tls| tls.get_ref().0.peer_addr().ok());
+        per_address::on_connect(&held, peer.map(|a| a.ip()), data);
     })
     .workers(workers)
     // Per worker in actix.

@@ -5,10 +5,15 @@
 
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 
+use super::per_address::{self, PerAddress};
 use super::{Shared, health};
+
+/// Connections one address may hold on the operations port (Prometheus keeps one per target).
+const PER_ADDRESS: usize = 8;
 use crate::admission::elastic_quota::debug::quota_tree;
 use crate::metrics::KindLabels;
 
@@ -39,8 +44,10 @@ pub fn build(
     debug: bool,
 ) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::from(shared);
+    let held = PerAddress::new(PER_ADDRESS, usize::MAX);
     Ok(HttpServer::new(move || {
         let app = App::new()
+            .wrap_fn(per_address::refuse_when_full)
             .app_data(data.clone())
             .route("/metrics", web::get().to(metrics))
             .route("/healthz", web::get().to(health::healthz))
@@ -51,9 +58,17 @@ pub fn build(
             app
         }
     })
+    .on_connect(move |io, data| {
+        let peer = io
+            .downcast_ref::<actix_web::rt::net::TcpStream>()
+            .and_then(|tcp| tcp.peer_addr().ok());
+        per_address::on_connect(&held, peer.map(|a| a.ip()), data);
+    })
     .workers(1)
     .max_connections(64)
-    .client_request_timeout(std::time::Duration::from_secs(5))
+    // A request head within 5 s, and a connection idle 5 s between requests is closed.
+    .client_request_timeout(Duration::from_secs(5))
+    .keep_alive(Duration::from_secs(5))
     .disable_signals()
     .listen(listener)?
     .run())

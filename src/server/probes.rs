@@ -8,14 +8,13 @@
 //! Hand-written rather than a second actix server: what is needed is a per-address cap at accept,
 //! which actix-web's listener has no hook for, and two fixed paths (a request line) need no parser.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::per_address::PerAddress;
 use crate::state::State;
 
 /// Connections one address may hold at once.
@@ -46,36 +45,9 @@ pub fn answer(state: &State, path: &str) -> (u16, String) {
     }
 }
 
-/// Connections held per address.
-#[derive(Default)]
-struct Held(Mutex<HashMap<IpAddr, usize>>);
-
-impl Held {
-    fn take(&self, ip: IpAddr) -> bool {
-        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let total: usize = held.values().sum();
-        let mine = held.entry(ip).or_default();
-        if *mine >= PER_ADDRESS || total >= TOTAL {
-            return false;
-        }
-        *mine += 1;
-        true
-    }
-
-    fn give_back(&self, ip: IpAddr) {
-        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&ip);
-            }
-        }
-    }
-}
-
 /// Serves the probes on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, state: Arc<State>) {
-    let held = Arc::new(Held::default());
+    let held = PerAddress::new(PER_ADDRESS, TOTAL);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -86,15 +58,14 @@ pub async fn serve(listener: TcpListener, state: Arc<State>) {
                 continue;
             }
         };
-        let ip = peer.ip();
-        if !held.take(ip) {
+        let Some(slot) = held.take(peer.ip()) else {
             // Closed at once: the caller holds too many already.
             continue;
-        }
-        let (held, state) = (held.clone(), state.clone());
+        };
+        let state = state.clone();
         tokio::spawn(async move {
             let _ = tokio::time::timeout(HEAD_TIMEOUT, one_request(stream, &state)).await;
-            held.give_back(ip);
+            drop(slot);
         });
     }
 }
@@ -138,6 +109,7 @@ mod tests {
     use super::*;
     use crate::cache::Cache;
     use crate::tls::CertResolver;
+    use std::net::IpAddr;
 
     async fn from(ip: [u8; 4], to: std::net::SocketAddr) -> TcpStream {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();

@@ -9,7 +9,7 @@ use koord_webhook::admission::webhooks::{self, WEBHOOKS};
 use koord_webhook::cache::{Cache, load::load_state};
 use koord_webhook::features::FeatureGates;
 use serde_json::{Value, json};
-use support::tls_client::{Proto, connect, connect_with};
+use support::tls_client::{Proto, connect, connect_plain, connect_with};
 use support::{TestServer, fixture};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -684,6 +684,61 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
         assert_eq!(done.unwrap().unwrap().0, StatusCode::REQUEST_TIMEOUT);
     }
     drop(senders);
+    server.stop().await;
+}
+
+/// One client address holds at most --max-connections-per-address connections on the admission
+/// port (8 on the operations port): the next is answered 503 and closed, and a slot comes back
+/// when one of its connections closes. Before, one caller could hold every connection.
+#[tokio::test]
+async fn one_address_cannot_hold_every_connection() {
+    let limits = koord_webhook::server::Limits {
+        max_connections_per_address: 3,
+        ..Default::default()
+    };
+    let server = TestServer::start_with(Cache::empty(), FeatureGates::default(), limits).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+        assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
+        held.push(conn);
+    }
+    for proto in [Proto::Http1, Proto::Http2] {
+        let mut over = connect(server.addr, proto).await.unwrap();
+        let (status, body) = over.get("/healthz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{proto:?}");
+        assert!(
+            String::from_utf8_lossy(&body).contains("--max-connections-per-address"),
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    // The held connections still serve; one closed, a new one is served.
+    assert_eq!(held[0].get("/healthz").await.0, StatusCode::OK);
+    held.pop();
+    let mut served = false;
+    for _ in 0..50 {
+        let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+        if conn.get("/healthz").await.0 == StatusCode::OK {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "a closed connection gives its slot back");
+
+    // The operations port: eight per address.
+    let mut ops = Vec::new();
+    for _ in 0..8 {
+        let mut conn = connect_plain(server.ops_addr).await.unwrap();
+        assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
+        ops.push(conn);
+    }
+    let mut over = connect_plain(server.ops_addr).await.unwrap();
+    assert_eq!(
+        over.get("/metrics").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     server.stop().await;
 }
 

@@ -1,0 +1,144 @@
+//! Connections held per client address, on every listener: one caller (a pod that can reach the
+//! port) cannot take the connections everyone else needs. A connection gets a [`Slot`] when it is
+//! accepted and gives it back when it closes.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use actix_web::HttpResponse;
+use actix_web::body::EitherBody;
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use futures::TryFutureExt;
+use futures::future::{Either, MapOk, Ready, ready};
+
+/// The table of held connections, and its caps.
+pub struct PerAddress {
+    held: Mutex<HashMap<IpAddr, usize>>,
+    per_address: usize,
+    total: usize,
+}
+
+/// One held connection; dropped when the connection closes.
+pub struct Slot {
+    table: Arc<PerAddress>,
+    ip: IpAddr,
+}
+
+/// A connection over its address's cap: answered 503 and closed.
+#[derive(Clone, Copy, Debug)]
+pub struct AddressFull(pub usize);
+
+impl PerAddress {
+    pub fn new(per_address: usize, total: usize) -> Arc<Self> {
+        Arc::new(Self {
+            held: Mutex::default(),
+            per_address,
+            total,
+        })
+    }
+
+    /// A slot for a new connection from `ip`, or `None` when that address (or everyone) holds the
+    /// maximum.
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = held.values().sum();
+        let mine = held.entry(ip).or_default();
+        if *mine >= self.per_address || total >= self.total {
+            if *mine == 0 {
+                held.remove(&ip);
+            }
+            return None;
+        }
+        *mine += 1;
+        Some(Slot {
+            table: self.clone(),
+            ip,
+        })
+    }
+
+    /// Connections `ip` holds now.
+    pub fn held_by(&self, ip: IpAddr) -> usize {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.get(&ip).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.table.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Puts the connection's slot (or its refusal) into its data, from actix-web's `on_connect`.
+pub fn on_connect(
+    table: &Arc<PerAddress>,
+    ip: Option<IpAddr>,
+    data: &mut actix_web::dev::Extensions,
+) {
+    match ip.map(|ip| table.take(ip)) {
+        Some(Some(slot)) => {
+            data.insert(slot);
+        }
+        Some(None) => {
+            data.insert(AddressFull(table.per_address));
+        }
+        // No peer address (a Unix socket): nothing to count by.
+        None => {}
+    }
+}
+
+/// What [`refuse_when_full`] returns: the refusal at once, or the service's answer.
+type Answer<S, B> = Either<
+    Ready<Result<ServiceResponse<EitherBody<B>>, actix_web::Error>>,
+    MapOk<
+        <S as Service<ServiceRequest>>::Future,
+        fn(ServiceResponse<B>) -> ServiceResponse<EitherBody<B>>,
+    >,
+>;
+
+/// Middleware (`wrap_fn`): a request on a connection over its address's cap is answered 503 and
+/// the connection closed, before any handler runs.
+pub fn refuse_when_full<S, B>(req: ServiceRequest, service: &S) -> Answer<S, B>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    if let Some(AddressFull(cap)) = req.conn_data::<AddressFull>().copied() {
+        let response = HttpResponse::ServiceUnavailable()
+            .force_close()
+            .content_type("text/plain; charset=utf-8")
+            .body(format!(
+                "this client address holds its maximum of {cap} connections \
+                 (--max-connections-per-address); reuse one of them\n"
+            ));
+        return Either::Left(ready(Ok(req.into_response(response).map_into_right_body())));
+    }
+    let left: fn(ServiceResponse<B>) -> ServiceResponse<EitherBody<B>> =
+        ServiceResponse::map_into_left_body;
+    Either::Right(service.call(req).map_ok(left))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_capped_per_address_and_in_all_and_given_back() {
+        let table = PerAddress::new(2, 3);
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let a1 = table.take(a).unwrap();
+        let _a2 = table.take(a).unwrap();
+        assert!(table.take(a).is_none(), "a holds its two");
+        let _b1 = table.take(b).unwrap();
+        assert!(table.take(b).is_none(), "three in all");
+        drop(a1);
+        assert_eq!(table.held_by(a), 1);
+        assert!(table.take(b).is_some());
+    }
+}
