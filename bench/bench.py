@@ -14,6 +14,7 @@ import sys
 import time
 
 import apiserver
+import memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "target", "bench")
@@ -281,7 +282,8 @@ def main():
                                             or "statically linked" in linkage.stdout})
     for phase in phases:
         {"peer": peer_comparison, "node": node_status, "scale": scale, "rotation": rotation,
-         "apiserver": lambda: apiserver.run(log, record, OHA, KOORD, DURATION)}[phase]()
+         "apiserver": lambda: apiserver.run(log, record, OHA, KOORD, DURATION),
+         "memory": lambda: memory.run(log, record, koord, OUT)}[phase]()
     # Phases not run this time keep their rows from the previous run, so RESULTS.md stays whole.
     path = os.path.join(OUT, "results.jsonl")
     kept = []

@@ -300,6 +300,15 @@ pub struct LimitFlags {
     /// Open connections from one client address; a connection over it is answered 503 and closed.
     #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub max_connections_per_address: usize,
+    /// Memory the reviews in flight may take once decoded, estimated from each body's shape before
+    /// decoding; a review waits for room until its deadline (then 503). Default: 3/8 of
+    /// --memory-limit, or 96 MiB.
+    #[arg(long, env = "KOORD_WEBHOOK_DECODE_MEMORY_BUDGET")]
+    pub decode_memory_budget: Option<usize>,
+    /// The container's memory limit in bytes (the chart sets it from the Downward API); the decode
+    /// budget is derived from it.
+    #[arg(long, env = "KOORD_WEBHOOK_MEMORY_LIMIT")]
+    pub memory_limit: Option<u64>,
     /// HTTP worker threads (default: the cores, at least 2, whatever the CPU limit).
     #[arg(long, env = "KOORD_WEBHOOK_WORKERS")]
     pub workers: Option<usize>,
@@ -309,11 +318,20 @@ impl LimitFlags {
     pub fn limits(&self) -> Limits {
         Limits {
             max_body_bytes: self.max_request_bytes,
-            max_inflight_bytes: self.max_inflight_request_bytes,
+            // The raw bytes held while reading: a quarter of the memory limit at most.
+            max_inflight_bytes: self
+                .memory_limit
+                .map_or(self.max_inflight_request_bytes, |l| {
+                    self.max_inflight_request_bytes
+                        .min(usize::try_from(l / 4).unwrap_or(usize::MAX))
+                }),
             read_timeout: self.request_read_timeout,
             max_streams_per_connection: self.max_streams_per_connection,
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address.max(1),
+            decode_budget: self
+                .decode_memory_budget
+                .unwrap_or_else(|| limits::decode_budget_for(self.memory_limit)),
             workers: self.workers.unwrap_or_else(limits::default_workers),
         }
     }

@@ -57,6 +57,10 @@ impl Deadline {
         Self::from(tokio::time::Instant::now(), api_timeout)
     }
 
+    pub fn instant(&self) -> tokio::time::Instant {
+        self.at
+    }
+
     pub fn passed(&self) -> bool {
         tokio::time::Instant::now() >= self.at
     }

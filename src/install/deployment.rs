@@ -8,8 +8,8 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount,
+    Probe, ResourceFieldSelector, ResourceRequirements, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -150,6 +150,19 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
                 name: "RUST_LOG".to_owned(),
                 value: Some("info".to_owned()),
                 value_from: None,
+            },
+            // The memory reviews may take once decoded is derived from the limit.
+            EnvVar {
+                name: "KOORD_WEBHOOK_MEMORY_LIMIT".to_owned(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    resource_field_ref: Some(ResourceFieldSelector {
+                        container_name: Some("koord-webhook".to_owned()),
+                        resource: "limits.memory".to_owned(),
+                        divisor: None,
+                    }),
+                    ..Default::default()
+                }),
             },
         ]),
         // Restarted after 30 s without an answer; out of the Service after about 4 s: with

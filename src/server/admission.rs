@@ -9,7 +9,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use futures::StreamExt;
 
 use super::Shared;
-use super::limits::ConnectionStreams;
+use super::limits::{ConnectionStreams, NoRoom, decoded_estimate};
 use crate::admission::{Deadline, EndpointId};
 use crate::duration::parse_duration;
 
@@ -88,14 +88,47 @@ pub async fn handle(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    let (body, _held) = match read_body(&mut payload, &shared, declared, deadline).await {
+    let (body, held) = match read_body(&mut payload, &shared, declared, deadline).await {
         Ok(read) => read,
         Err(refusal) => return refusal.respond(&mut payload, &shared, deadline).await,
     };
+    // The memory the review will take once decoded, from the body's shape; the body's own bytes
+    // are part of it, so the read budget's hold on them ends here.
+    let deadline_at = Deadline::from(received, api_timeout);
+    let estimate = decoded_estimate(&body);
+    let _decoding = match shared
+        .decode_budget
+        .take(estimate, deadline_at.instant())
+        .await
+    {
+        Ok(permit) => permit,
+        Err(NoRoom::TooLarge { estimate, budget }) => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "decoding this review would take about {} MiB, more than the whole budget of {} MiB \
+                     (--decode-memory-budget)",
+                    estimate >> 20,
+                    budget >> 20
+                ),
+            );
+        }
+        Err(NoRoom::Busy { budget }) => {
+            return plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "other reviews held the decode budget of {} MiB until the deadline \
+                     (--decode-memory-budget); retry",
+                    budget >> 20
+                ),
+            );
+        }
+    };
+    drop(held);
 
     match shared
         .admission
-        .review_at(endpoint, &body, Deadline::from(received, api_timeout))
+        .review_at(endpoint, &body, deadline_at)
         .await
     {
         Ok(response) => HttpResponse::Ok()

@@ -12,6 +12,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// Request bytes held in memory at once, over all connections (eight of the largest bodies).
 pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 64 * 1024 * 1024;
+/// Memory a review may take while decoded and run, estimated from its body before decoding
+/// ([`decoded_estimate`]), over all requests at once, when the container's memory limit is not known.
+pub const DEFAULT_DECODE_BUDGET: usize = 96 * 1024 * 1024;
+/// The share of the container's memory limit (`KOORD_WEBHOOK_MEMORY_LIMIT`, from the Downward API)
+/// given to decoding, in eighths: with the raw request bytes (a quarter at most) and the cache and
+/// runtime, the worst mix stays under the limit.
+pub const DECODE_BUDGET_EIGHTHS: u64 = 3;
+/// Heap one JSON string of a review costs once decoded and run, measured (bench/memory.py): a pod of
+/// 3 MiB of short labels peaks 51 MiB above idle through `/mutate-pod` (the decoded object, its copy
+/// and the patch), about 195 bytes per string; `/validate-pod` about 80.
+pub const DECODED_BYTES_PER_STRING: usize = 200;
+
 /// Time to receive a whole body (shortened further by the API server's `?timeout=`).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Requests in flight on one connection (HTTP/2 streams; HTTP/1.1 has one at a time).
@@ -30,6 +42,8 @@ pub struct Limits {
     pub max_streams_per_connection: usize,
     pub max_connections: usize,
     pub max_connections_per_address: usize,
+    /// Estimated decoded memory of the reviews in flight ([`decoded_estimate`]).
+    pub decode_budget: usize,
     /// Worker threads of the HTTP server.
     pub workers: usize,
 }
@@ -43,6 +57,7 @@ impl Default for Limits {
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            decode_budget: DEFAULT_DECODE_BUDGET,
             workers: default_workers(),
         }
     }
@@ -78,6 +93,73 @@ impl BodyBudget {
     }
 }
 
+/// The memory a body will take once decoded and run: its bytes, and a measured cost per JSON
+/// string (two quotes each; escaped quotes count too, which only overestimates). Bodies of the same
+/// size differ twentyfold in decoded size (a few long strings, or a map of tiny labels), so the
+/// budget counts this, not bytes. A byte scan: ~1 ms per 3 MiB, nothing for a typical pod.
+pub fn decoded_estimate(body: &[u8]) -> usize {
+    let quotes = body.iter().filter(|&&b| b == b'"').count();
+    body.len() + quotes / 2 * DECODED_BYTES_PER_STRING
+}
+
+/// The decode budget for a container memory limit of `bytes` (none known: the default).
+pub fn decode_budget_for(memory_limit: Option<u64>) -> usize {
+    match memory_limit {
+        Some(bytes) => usize::try_from(bytes / 8 * DECODE_BUDGET_EIGHTHS)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS),
+        None => DEFAULT_DECODE_BUDGET,
+    }
+}
+
+/// Estimated decoded memory of the reviews in flight, as permits of one semaphore.
+#[derive(Debug, Clone)]
+pub struct DecodeBudget {
+    permits: Arc<Semaphore>,
+    total: usize,
+}
+
+/// Why a review could not be given the memory to decode.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NoRoom {
+    /// Larger than the whole budget: it can never run.
+    TooLarge { estimate: usize, budget: usize },
+    /// The budget stayed taken by other reviews until the deadline.
+    Busy { budget: usize },
+}
+
+impl DecodeBudget {
+    pub fn new(bytes: usize) -> Self {
+        let total = bytes.min(Semaphore::MAX_PERMITS);
+        Self {
+            permits: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Takes `estimate` from the budget, waiting for other reviews to finish until `deadline`.
+    pub async fn take(
+        &self,
+        estimate: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<OwnedSemaphorePermit, NoRoom> {
+        let budget = self.total;
+        let n = u32::try_from(estimate)
+            .ok()
+            .filter(|&n| n as usize <= budget)
+            .ok_or(NoRoom::TooLarge { estimate, budget })?;
+        let acquire = self.permits.clone().acquire_many_owned(n);
+        match tokio::time::timeout_at(deadline, acquire).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(NoRoom::Busy { budget }),
+        }
+    }
+
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
 /// Requests in flight on one connection: a semaphore put into each connection's data.
 #[derive(Debug, Clone)]
 pub struct ConnectionStreams(pub Arc<Semaphore>);
@@ -96,5 +178,56 @@ mod tests {
         drop((a, b));
         assert_eq!(budget.available(), 100);
         assert!(default_workers() >= 2);
+    }
+
+    #[test]
+    fn the_estimate_counts_strings_not_only_bytes() {
+        let few_long = format!("{{\"a\":\"{}\"}}", "x".repeat(1000));
+        let many_short = "{\"a\":\"b\",".repeat(100);
+        assert_eq!(few_long.len(), 1008);
+        assert_eq!(
+            decoded_estimate(few_long.as_bytes()),
+            1008 + 2 * DECODED_BYTES_PER_STRING
+        );
+        assert_eq!(
+            decoded_estimate(many_short.as_bytes()),
+            many_short.len() + 200 * DECODED_BYTES_PER_STRING
+        );
+        assert_eq!(decode_budget_for(Some(256 << 20)), 96 << 20);
+        assert_eq!(decode_budget_for(None), DEFAULT_DECODE_BUDGET);
+    }
+
+    #[tokio::test]
+    async fn the_decode_budget_waits_until_the_deadline_and_refuses_what_never_fits() {
+        let budget = DecodeBudget::new(100);
+        let soon = || tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        assert_eq!(
+            budget.take(101, soon()).await.unwrap_err(),
+            NoRoom::TooLarge {
+                estimate: 101,
+                budget: 100
+            }
+        );
+        let first = budget.take(70, soon()).await.unwrap();
+        assert_eq!(
+            budget.take(70, soon()).await.unwrap_err(),
+            NoRoom::Busy { budget: 100 }
+        );
+        let waiting = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                budget
+                    .take(
+                        70,
+                        tokio::time::Instant::now() + std::time::Duration::from_secs(5),
+                    )
+                    .await
+                    .is_ok()
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        drop(first);
+        assert!(waiting.await.unwrap(), "a review waits for one that ends");
+        assert_eq!(budget.available(), 100);
     }
 }

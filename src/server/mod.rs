@@ -19,7 +19,7 @@ use crate::admission::Admission;
 use crate::state::State;
 use crate::tls::{self, TlsError};
 use actix_tls::accept::rustls_0_23::TlsStream;
-use limits::{BodyBudget, ConnectionStreams};
+use limits::{BodyBudget, ConnectionStreams, DecodeBudget};
 pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 use per_address::PerAddress;
 
@@ -33,6 +33,7 @@ pub struct Shared {
     pub admission: Admission,
     pub limits: Limits,
     body_budget: BodyBudget,
+    decode_budget: DecodeBudget,
     /// PEM of the CAs whose client certificates are required (`--client-ca-file`); none: no
     /// client authentication.
     pub client_ca: Option<Arc<crate::tls::ClientCa>>,
@@ -45,6 +46,7 @@ impl Shared {
             state,
             admission,
             body_budget: BodyBudget::new(limits.max_inflight_bytes),
+            decode_budget: DecodeBudget::new(limits.decode_budget),
             limits,
             client_ca: None,
         }

@@ -497,29 +497,11 @@ async fn serve_rereads_its_certificate_files() {
     let first = write(&support::new_pair("first"));
     let port = support::free_port();
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let _server = support::KillOnDrop(
-        std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
-            .args([
-                "serve",
-                "--bind-address",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--metrics-bind-address",
-                "0",
-                "--health-bind-address",
-                "0",
-            ])
-            .arg("--state")
-            .arg(fixture("state/quota-tree.yaml"))
-            .arg("--tls-cert-file")
-            .arg(&cert)
-            .arg("--tls-key-file")
-            .arg(&key)
-            .args(["--tls-reload-interval", "100ms"])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _server = support::serve_files(
+        port,
+        &fixture("state/quota-tree.yaml"),
+        (&cert, &key),
+        &["--tls-reload-interval", "100ms"],
     );
 
     async fn served(addr: std::net::SocketAddr) -> Option<Vec<u8>> {
@@ -685,6 +667,89 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
     }
     drop(senders);
     server.stop().await;
+}
+
+/// A pod whose labels fill about `mib` MiB (short keys and values: the most map entries per byte,
+/// the largest decoded size per byte), as an AdmissionReview to /mutate-pod.
+fn label_pod_review(mib: f64) -> Vec<u8> {
+    let pairs = (mib * 1024.0 * 1024.0 / 24.0) as usize;
+    let labels: serde_json::Map<String, Value> = (0..pairs)
+        .map(|i| (format!("k{i:07}"), json!(format!("v{i:07}"))))
+        .collect();
+    let mut review: Value =
+        serde_json::from_slice(&harmless_review(webhooks::MUTATE_POD, "big")).unwrap();
+    review["request"]["object"]["metadata"]["labels"] = Value::Object(labels);
+    serde_json::to_vec(&review).unwrap()
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        / 1024.0
+}
+
+/// The worst mix a caller can send at once, against `serve` with the chart's memory limit: pods
+/// of labels (decoded, they take 17 times their bytes through /mutate-pod) of 3 MiB, what the API
+/// server can send, and of 7.5 MiB, under the body limit. The decode budget, derived from the
+/// limit, keeps the process under it: each review is answered or refused (503 when the budget
+/// stayed taken until its deadline, 413 when it could never fit), none is lost to an OOM kill.
+/// Before, two 7.5 MiB reviews at once peaked at 266 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
+    const LIMIT_MIB: u64 = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let pair = support::new_pair("memory");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, &pair.cert_pem).unwrap();
+    std::fs::write(&key, &pair.key_pem).unwrap();
+    let port = support::free_port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let server = support::serve_files(
+        port,
+        &fixture("state/quota-tree.yaml"),
+        (&cert, &key),
+        &["--memory-limit", &(LIMIT_MIB << 20).to_string()],
+    );
+    let mut up = false;
+    for _ in 0..100 {
+        if connect(addr, Proto::Http1).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(up, "serve did not start");
+
+    let (medium, large) = (label_pod_review(3.0), label_pod_review(7.5));
+    let mut reviews = tokio::task::JoinSet::new();
+    for body in std::iter::repeat_n(medium, 6).chain(std::iter::repeat_n(large, 4)) {
+        reviews.spawn(async move {
+            let mut conn = connect(addr, Proto::Http1).await.unwrap();
+            conn.post(&format!("{}?timeout=10s", webhooks::MUTATE_POD), body)
+                .await
+                .0
+        });
+    }
+    let mut answered = std::collections::BTreeMap::new();
+    while let Some(status) = reviews.join_next().await {
+        *answered.entry(status.unwrap().as_u16()).or_insert(0) += 1;
+    }
+    let peak = peak_rss_mib(server.0.id());
+    eprintln!("10 label pods at once: {answered:?}, peak {peak:.1} MiB of {LIMIT_MIB} MiB");
+    assert!(
+        answered.keys().all(|s| [200, 413, 503].contains(s)),
+        "every review answered or refused: {answered:?}"
+    );
+    assert!(answered.get(&200).is_some_and(|n| *n >= 1), "{answered:?}");
+    assert!(
+        peak < LIMIT_MIB as f64,
+        "peak {peak:.1} MiB is over the limit of {LIMIT_MIB} MiB"
+    );
 }
 
 /// One client address holds at most --max-connections-per-address connections on the admission

@@ -87,6 +87,37 @@ pub fn free_port() -> u16 {
 /// A child process that is killed and reaped when the test ends, panicking or not.
 pub struct KillOnDrop(pub std::process::Child);
 
+/// `koord-webhook serve` in file mode on 127.0.0.1:`port` (no operations or probe port): the
+/// cluster from `state`, the serving pair from `cert` and `key`, then `extra` flags.
+pub fn serve_files(
+    port: u16,
+    state: &std::path::Path,
+    (cert, key): (&std::path::Path, &std::path::Path),
+    extra: &[&str],
+) -> KillOnDrop {
+    KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .args([
+                "serve",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .args(["--metrics-bind-address", "0", "--health-bind-address", "0"])
+            .arg("--state")
+            .arg(state)
+            .arg("--tls-cert-file")
+            .arg(cert)
+            .arg("--tls-key-file")
+            .arg(key)
+            .args(extra)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
