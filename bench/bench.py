@@ -266,6 +266,8 @@ def bench_phase(row):
         return "rotation"
     if name == "apiserver":
         return "apiserver"
+    if name == "largest-reviews":
+        return "memory"
     if row.get("endpoint") == "mutate-node-status":
         return "node"
     return "peer"
@@ -274,7 +276,7 @@ def bench_phase(row):
 def main():
     os.makedirs(OUT, exist_ok=True)
     self_signed(OUT, "bench")
-    phases = sys.argv[1:] or ["peer", "node", "scale", "rotation", "apiserver"]
+    phases = sys.argv[1:] or ["peer", "node", "scale", "rotation", "memory", "apiserver"]
     # A static binary is the musl build, the image's (src/main.rs gives it mimalloc).
     linkage = subprocess.run(["ldd", KOORD], capture_output=True, text=True)
     record("build", "koord-webhook", "-", {"binary": os.path.relpath(KOORD, ROOT),

@@ -52,7 +52,7 @@ def run(log, record, koord, out):
                     codes = list(pool.map(lambda _: post(19531, path, body_file), range(n)))
                 peak = server.peak()
                 server.stop()
-                record("memory", "koord-webhook", path.lstrip("/"),
+                record("largest-reviews", "koord-webhook", path.lstrip("/"),
                        {"body_mib": round(os.path.getsize(body_file) / 2**20, 2), "concurrent": n,
                         "idle_mib": idle, "peak_mib": peak,
                         "answered": codes.count("200"), "refused_503": codes.count("503"),

@@ -298,3 +298,17 @@ if apiserver and any(r["server"] == "floor" for r in apiserver):
                                 "yes" if a_k <= 0.5 * max(a_p, 0) else "no"))
     print("\nTargets of narrowing (issue 28):\n")
     print(table(["target", "measured", "met"], targets))
+
+memory = [r for r in rows if r["phase"] == "largest-reviews"]
+if memory:
+    print("\n## The largest reviews at once: peak memory (`bench/run memory`)\n")
+    print("A pod of short labels (the largest decoded size per byte), N copies posted at once to a fresh "
+          "`serve --state` without `--memory-limit` (decode budget 96 MiB). 3 MiB is what the API server "
+          "can send; 7.5 MiB is under the body limit, larger than any review it sends, and its estimate "
+          "(132 MiB) is over the whole budget: refused with 413. Peak is the process's VmHWM; the "
+          "chart's limit is 256Mi.\n")
+    lines = [[f"/{r['endpoint']}", fmt(r["body_mib"]), fmt(r["concurrent"]), fmt(r["idle_mib"]),
+              fmt(r["peak_mib"]), ratio(r["peak_mib"], 256.0), fmt(r["answered"]), fmt(r["refused_503"]),
+              fmt(r["other"])] for r in memory]
+    print(table(["endpoint", "body MiB", "at once", "idle MiB", "peak MiB", "peak / 256 MiB", "answered 200",
+                 "refused 503", "other (413)"], lines))
