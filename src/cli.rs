@@ -422,8 +422,9 @@ pub struct OperatorFlags {
     pub lease_renew_deadline: Duration,
     #[arg(long, env = "KOORD_WEBHOOK_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
     pub lease_retry_period: Duration,
-    /// The leader recounts a quota's child-request from its pods once quota evaluation has not
-    /// written it for this long (longer than an admitted pod takes to be stored or refused).
+    /// How long a pod quota evaluation admitted may take to be stored: its charge stays in the
+    /// quota's child-request that long even before the pod is in the cache; the leader's recount
+    /// drops it after (and recounts every half of it).
     #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
     pub child_request_recount_quiet: Duration,
     /// The leader narrows a pod entry to what its cache needs only once no change needing the
@@ -484,6 +485,7 @@ impl RuleFlags {
                     .unwrap_or_else(|| crate::names::namespace().to_owned()),
                 self.pod_enhanced_validator_config_name.clone(),
             ),
+            ..Settings::default()
         }
     }
 }

@@ -14,7 +14,13 @@ pub struct Settings {
     pub max_amplification_ratio: f64,
     /// Namespace and name of the pod enhanced-validator ConfigMap.
     pub enhanced_validator_config: (String, String),
+    /// How long an admitted pod may take to reach the cache: quota evaluation keeps its admission
+    /// that long in the recent-admissions record (`--child-request-recount-quiet`).
+    pub child_request_window: std::time::Duration,
 }
+
+/// The default of [`Settings::child_request_window`]: the API server's own request timeout.
+pub const DEFAULT_CHILD_REQUEST_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub const DEFAULT_SLO_CONFIG_NAME: &str = "slo-controller-config";
 pub const DEFAULT_MAX_AMPLIFICATION_RATIO: f64 = 5.0;
@@ -31,6 +37,7 @@ impl Default for Settings {
                 namespace().to_owned(),
                 DEFAULT_ENHANCED_VALIDATOR_CONFIG.to_owned(),
             ),
+            child_request_window: DEFAULT_CHILD_REQUEST_WINDOW,
         }
     }
 }

@@ -213,7 +213,11 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
         ("v1", "Namespace") => CachedObject::Namespace(de(value, &kind)?),
         ("scheduling.k8s.io/v1", "PriorityClass") => CachedObject::PriorityClass(de(value, &kind)?),
         ("v1", "Node") => CachedObject::Node(metadata_only(value, &kind, super::slim_node)?),
-        ("v1", "Pod") => CachedObject::Pod(metadata_only(value, &kind, super::slim_pod)?),
+        ("v1", "Pod") => CachedObject::Pod(super::IndexedPod::from_meta(&metadata_only(
+            value,
+            &kind,
+            |_| {},
+        )?)),
         _ => {
             return Err(format!(
                 "unsupported object apiVersion={api_version:?} kind={kind:?} (the cache holds ElasticQuota, \

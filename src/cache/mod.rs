@@ -11,7 +11,7 @@ pub mod pod_index;
 pub mod quota_topology;
 pub mod watch;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{Store, store::Writer};
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
-pub use pod_index::PodIndex;
+pub use pod_index::{IndexedPod, PodIndex};
 pub use quota_topology::{QuotaInfo, QuotaTopology};
 
 /// The quota tree, shared by the cache (which feeds it) and the quota webhooks (which check against
@@ -73,7 +73,7 @@ pub enum CachedObject {
     Namespace(Namespace),
     PriorityClass(PriorityClass),
     Node(PartialObjectMeta<Node>),
-    Pod(PartialObjectMeta<Pod>),
+    Pod(IndexedPod),
 }
 
 /// What the cache keeps of a Node: name and labels (the SLO config's node selectors match them).
@@ -82,18 +82,6 @@ pub fn slim_node(object: &mut kube::core::PartialObjectMeta<Node>) {
     let labels = object.metadata.labels.take();
     slim_meta(object);
     object.metadata.labels = labels;
-}
-
-/// What the cache keeps of a Pod: its name, namespace and quota label, all the quota rules ask.
-/// A cluster holds many pods, so every other label and field is dropped.
-pub fn slim_pod(object: &mut kube::core::PartialObjectMeta<Pod>) {
-    let quota = object
-        .metadata
-        .labels
-        .take()
-        .and_then(|mut labels| labels.remove_entry(crate::apis::keys::QUOTA_NAME));
-    slim_meta(object);
-    object.metadata.labels = quota.map(|(k, v)| BTreeMap::from([(k, v)]));
 }
 
 /// Keeps name, namespace, uid and resourceVersion (the store's identity of an object).

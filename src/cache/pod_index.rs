@@ -1,12 +1,13 @@
-//! The cache's pods: for each, only what the quota rules ask (namespace, name and quota label).
+//! The cache's pods: for each, only what the quota rules ask (namespace, name, quota label, and what
+//! it charges its quota, for the leader's recount of `child-request`).
 //!
 //! A cluster has far more pods than anything else, and a reflector store keeps a whole ObjectMeta
-//! per pod (about 1.4 KiB even slimmed, mostly the label map's node). This index keeps a key and
-//! an interned quota name: about a tenth of that (bench/RESULTS.md, scale).
+//! per pod (about 1.4 KiB even slimmed, mostly the label map's node). This index keeps a key, an
+//! interned quota name and an interned charge (pods of one workload share theirs): about a tenth of
+//! that (bench/RESULTS.md, scale).
 
 use crate::apis::meta::label;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -15,35 +16,74 @@ use kube::runtime::watcher::Event;
 use tokio::sync::watch;
 
 use crate::apis::keys::QUOTA_NAME;
+use crate::resources::Resources;
 
 /// (namespace, name)
 type PodKey = (Box<str>, Box<str>);
 
+/// One pod as the index takes it in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexedPod {
+    pub namespace: String,
+    pub name: String,
+    /// Its `quota.scheduling.koordinator.sh/name` label.
+    pub quota_label: Option<String>,
+    /// What it charges its quota by quota evaluation's rule; `None`: nothing (it ended, or was
+    /// deleted past its grace period, or its requests do not parse).
+    pub charged: Option<Resources>,
+}
+
+impl IndexedPod {
+    /// From metadata alone (state files): no charge known.
+    pub fn from_meta(pod: &PartialObjectMeta<Pod>) -> Self {
+        Self {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            quota_label: label(pod, QUOTA_NAME).map(str::to_owned),
+            charged: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    quota: Option<Arc<str>>,
+    charged: Option<Arc<Resources>>,
+}
+
 #[derive(Default)]
 struct Pods {
-    by_key: HashMap<PodKey, Option<Arc<str>>>,
+    by_key: HashMap<PodKey, Entry>,
     /// Quota names shared by every pod that names them.
     quota_names: HashSet<Arc<str>>,
+    /// Charges shared by every pod that has the same (by their JSON text).
+    charges: HashMap<String, Arc<Resources>>,
     /// A relist in progress: the pods seen so far, swapped in when it is complete.
-    relisting: Option<HashMap<PodKey, Option<Arc<str>>>>,
+    relisting: Option<HashMap<PodKey, Entry>>,
 }
 
 impl Pods {
-    fn entry(&mut self, pod: &PartialObjectMeta<Pod>) -> (PodKey, Option<Arc<str>>) {
-        let meta = &pod.metadata;
-        let key = (
-            meta.namespace.as_deref().unwrap_or_default().into(),
-            meta.name.as_deref().unwrap_or_default().into(),
-        );
-        let quota = label(pod, QUOTA_NAME).map(|name| match self.quota_names.get(name) {
-            Some(shared) => shared.clone(),
-            None => {
-                let shared: Arc<str> = name.into();
-                self.quota_names.insert(shared.clone());
-                shared
-            }
+    fn entry(&mut self, pod: &IndexedPod) -> (PodKey, Entry) {
+        let key = (pod.namespace.as_str().into(), pod.name.as_str().into());
+        let quota = pod
+            .quota_label
+            .as_deref()
+            .map(|name| match self.quota_names.get(name) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let shared: Arc<str> = name.into();
+                    self.quota_names.insert(shared.clone());
+                    shared
+                }
+            });
+        let charged = pod.charged.as_ref().map(|charge| {
+            let text = serde_json::to_string(&charge.to_quantities()).unwrap_or_default();
+            self.charges
+                .entry(text)
+                .or_insert_with(|| Arc::new(charge.clone()))
+                .clone()
         });
-        (key, quota)
+        (key, Entry { quota, charged })
     }
 }
 
@@ -51,9 +91,6 @@ impl Pods {
 pub struct PodIndex {
     pods: RwLock<Pods>,
     ready: watch::Sender<bool>,
-    /// Deletions and completed relists seen: the leader's `child-request` recount asks whether
-    /// pods went away since its last pass before it lists them all again.
-    departures: AtomicU64,
 }
 
 impl Default for PodIndex {
@@ -61,7 +98,6 @@ impl Default for PodIndex {
         Self {
             pods: RwLock::default(),
             ready: watch::Sender::new(false),
-            departures: AtomicU64::new(0),
         }
     }
 }
@@ -77,14 +113,14 @@ impl PodIndex {
     }
 
     /// Adds or replaces one pod (a state file, or a watch's Apply).
-    pub fn upsert(&self, pod: &PartialObjectMeta<Pod>) {
+    pub fn upsert(&self, pod: &IndexedPod) {
         let mut pods = self.write();
         let (key, quota) = pods.entry(pod);
         pods.by_key.insert(key, quota);
     }
 
     /// Follows a watch the way a reflector store does: a relist replaces the whole set at its end.
-    pub fn apply(&self, event: &Event<PartialObjectMeta<Pod>>) {
+    pub fn apply(&self, event: &Event<IndexedPod>) {
         let mut pods = self.write();
         match event {
             Event::Apply(pod) => {
@@ -94,7 +130,6 @@ impl PodIndex {
             Event::Delete(pod) => {
                 let (key, _) = pods.entry(pod);
                 pods.by_key.remove(&key);
-                self.departures.fetch_add(1, Ordering::Relaxed);
             }
             Event::Init => pods.relisting = Some(HashMap::new()),
             Event::InitApply(pod) => {
@@ -104,11 +139,22 @@ impl PodIndex {
             Event::InitDone => {
                 if let Some(relisted) = pods.relisting.take() {
                     pods.by_key = relisted;
-                    let named: HashSet<Arc<str>> =
-                        pods.by_key.values().flatten().cloned().collect();
+                    let named: HashSet<Arc<str>> = pods
+                        .by_key
+                        .values()
+                        .filter_map(|e| e.quota.clone())
+                        .collect();
                     pods.quota_names = named;
-                    // Pods deleted while the watch was down show only as missing from the list.
-                    self.departures.fetch_add(1, Ordering::Relaxed);
+                    let charges = pods.by_key.values().filter_map(|e| e.charged.clone());
+                    let charges = charges
+                        .map(|c| {
+                            (
+                                serde_json::to_string(&c.to_quantities()).unwrap_or_default(),
+                                c,
+                            )
+                        })
+                        .collect();
+                    pods.charges = charges;
                 }
                 drop(pods);
                 self.ready.send_replace(true);
@@ -128,11 +174,6 @@ impl PodIndex {
         let _ = ready.wait_for(|r| *r).await;
     }
 
-    /// Grows with every pod deletion and completed relist.
-    pub fn departures(&self) -> u64 {
-        self.departures.load(Ordering::Relaxed)
-    }
-
     pub fn len(&self) -> usize {
         self.read().by_key.len()
     }
@@ -147,11 +188,32 @@ impl PodIndex {
             .read()
             .by_key
             .iter()
-            .filter(|(_, q)| q.as_deref() == Some(quota))
+            .filter(|(_, e)| e.quota.as_deref() == Some(quota))
             .map(|((_, name), _)| name.to_string())
             .collect();
         names.sort();
         names
+    }
+
+    /// The summed charges of the pods, by the quota `quota_of(namespace, label)` names, with the
+    /// `namespace/name` of each pod counted: what the leader's recount sets `child-request` to.
+    pub fn charged_by_quota(
+        &self,
+        quota_of: impl Fn(&str, Option<&str>) -> Option<String>,
+    ) -> HashMap<String, (Resources, HashSet<String>)> {
+        let mut by_quota: HashMap<String, (Resources, HashSet<String>)> = HashMap::new();
+        for ((namespace, name), entry) in &self.read().by_key {
+            let Some(charged) = &entry.charged else {
+                continue;
+            };
+            let Some(quota) = quota_of(namespace, entry.quota.as_deref()) else {
+                continue;
+            };
+            let (sum, pods) = by_quota.entry(quota).or_default();
+            sum.add(charged);
+            pods.insert(format!("{namespace}/{name}"));
+        }
+        by_quota
     }
 
     /// Whether any pod lives in one of these namespaces.
@@ -166,17 +228,14 @@ impl PodIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::ObjectMeta;
-    use kube::core::metadata::PartialObjectMetaExt;
 
-    fn pod(ns: &str, name: &str, quota: Option<&str>) -> PartialObjectMeta<Pod> {
-        ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            labels: quota.map(|q| [(QUOTA_NAME.to_owned(), q.to_owned())].into()),
-            ..Default::default()
+    fn pod(ns: &str, name: &str, quota: Option<&str>) -> IndexedPod {
+        IndexedPod {
+            namespace: ns.into(),
+            name: name.into(),
+            quota_label: quota.map(str::to_owned),
+            charged: Some(Resources::parse_json(r#"{"cpu":"1"}"#).unwrap()),
         }
-        .into_response_partial()
     }
 
     #[test]
@@ -191,11 +250,35 @@ mod tests {
         // Relabelled, then deleted.
         index.apply(&Event::Apply(pod("a", "p2", Some("q2"))));
         assert_eq!(index.labelled_for_quota("q1"), ["p1"]);
-        assert_eq!(index.departures(), 0);
         index.apply(&Event::Delete(pod("b", "p1", Some("q1"))));
-        assert_eq!(index.departures(), 1);
         assert!(index.labelled_for_quota("q1").is_empty());
         assert_eq!(index.len(), 2);
+    }
+
+    #[test]
+    fn charges_are_summed_per_quota_and_shared_between_pods() {
+        let index = PodIndex::default();
+        index.upsert(&pod("a", "p1", Some("q")));
+        index.upsert(&pod("b", "p2", Some("q")));
+        index.upsert(&pod("b", "p3", None));
+        index.upsert(&IndexedPod {
+            charged: None,
+            ..pod("b", "ended", Some("q"))
+        });
+        let by_quota = index.charged_by_quota(|ns, label| Some(label.unwrap_or(ns).to_owned()));
+        let (sum, pods) = &by_quota["q"];
+        assert_eq!(sum.describe(), "cpu=2");
+        assert_eq!(pods.len(), 2, "{pods:?}");
+        assert_eq!(
+            by_quota["b"].0.describe(),
+            "cpu=1",
+            "unlabelled: its namespace's"
+        );
+        assert_eq!(
+            index.read().charges.len(),
+            1,
+            "one charge shared by three pods"
+        );
     }
 
     #[tokio::test]

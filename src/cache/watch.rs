@@ -1,5 +1,5 @@
-//! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Pods and Nodes are watched
-//! as metadata only; ConfigMaps only those the rules read, by name; Koordinator's kinds leniently
+//! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Nodes are watched
+//! as metadata only, pods reduced to what the pod index keeps; ConfigMaps only those the rules read, by name; Koordinator's kinds leniently
 //! (`lenient.rs`). A broken watch resumes with
 //! kube-runtime's backoff while the cache stays readable.
 
@@ -7,7 +7,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use futures::{Stream, StreamExt, future};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 
 use super::lenient::{Lenient, SetAside, Unreadable};
 use super::metrics::CacheMetrics;
-use super::{CacheWriter, QuotaInfo, SharedTopology, write_topology};
+use super::{CacheWriter, IndexedPod, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::KindLabels;
 use prometheus_client::metrics::{counter::Counter, family::Family};
@@ -136,6 +136,16 @@ fn follow_named(
     }
 }
 
+fn indexed<P>(event: &Event<P>, index_pod: impl Fn(&P) -> IndexedPod) -> Event<IndexedPod> {
+    match event {
+        Event::Apply(p) => Event::Apply(index_pod(p)),
+        Event::Delete(p) => Event::Delete(index_pod(p)),
+        Event::Init => Event::Init,
+        Event::InitApply(p) => Event::InitApply(index_pod(p)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 /// Keeps the quota topology in step with ElasticQuota events (a full relist rebuilds it).
 fn follow_topology(topology: SharedTopology) -> impl FnMut(&Event<ElasticQuota>) + Send {
     let mut relisted: Vec<ElasticQuota> = Vec::new();
@@ -154,13 +164,19 @@ fn follow_topology(topology: SharedTopology) -> impl FnMut(&Event<ElasticQuota>)
 }
 
 /// Starts every watch; the returned future runs them all.
-pub async fn run(
+///
+/// Pods are watched whole as `P` (the admission's pod type: what quota evaluation reads is decoded,
+/// the rest kept as text) and reduced by `index_pod` to what the pod index keeps.
+pub async fn run<P>(
     client: Client,
     writer: CacheWriter,
     metrics: CacheMetrics,
     wanted_config_maps: Vec<(String, String)>,
     unreadable: mpsc::Sender<Unreadable>,
-) {
+    index_pod: impl Fn(&P) -> IndexedPod + Send,
+) where
+    P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
     let CacheWriter {
         elastic_quotas,
         elastic_quota_profiles,
@@ -184,8 +200,6 @@ pub async fn run(
     // the memory of a large cluster's pods.
     let node_meta =
         watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(super::slim_node);
-    let pod_meta =
-        watch(Api::<PartialObjectMeta<Pod>>::all(client.clone())).modify(super::slim_pod);
     let restarts = metrics.watch_restarts;
     let m = || restarts.clone();
     let aside = |kind| SetAside::new(kind, &metrics.unreadable_objects, unreadable.clone());
@@ -236,6 +250,11 @@ pub async fn run(
             m()
         ),
         drive("node", node_meta, into(nodes), m()),
-        drive("pod", pod_meta, move |event| pods.apply(event), m()),
+        drive(
+            "pod",
+            watch(Api::<P>::all(client.clone())),
+            move |event| pods.apply(&indexed(event, &index_pod)),
+            m()
+        ),
     );
 }

@@ -163,7 +163,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let admission = state
         .admission(gates)
         .with_services(services)
-        .with_settings(args.rules.settings());
+        .with_settings(Settings {
+            child_request_window: args.operator.child_request_recount_quiet,
+            ..args.rules.settings()
+        });
     let shared = Arc::new(
         Shared::new(state.clone(), admission, args.limits.limits()).with_client_ca(client_ca),
     );

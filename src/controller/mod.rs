@@ -21,6 +21,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::events::{Recorder, Reporter};
+
+use crate::admission::pod::quota::evaluation::indexed_pod;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
@@ -117,6 +119,10 @@ pub async fn run(
         metrics.cache.clone(),
         config.config_maps.clone(),
         unreadable,
+        {
+            let gates = config.desired.gates;
+            move |pod: &crate::admission::pod::object::Pod| indexed_pod(pod, &gates)
+        },
     );
     tokio::spawn(crate::cache::lenient::publish(
         Recorder::new(client.clone(), reporter(&config.identity)),

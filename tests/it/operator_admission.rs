@@ -297,6 +297,97 @@ spec: {max: {cpu: "10", memory: 100Gi}}
     .await;
     eprintln!("child-request after the recount: {recounted}");
 
+    // Forged reviews (no client CA in this test: anyone reaching the port can post one) do not hold
+    // a quota for good. One of 2.5 cpu leaves no room for a real pod (7 + 2.5 of 10), and forged
+    // reviews of 1m every half second follow (each fits, each is written); every admission counts
+    // only for its window (2 s here), so the 2.5 cpu stop counting and a real pod gets in while
+    // the forging goes on. Before, every forged write postponed the recount, and the quota stayed
+    // full as long as they came.
+    cp.kubectl_ok(&["delete", "resourcequota", "seven", "-n", "eval"], None);
+    let forged = |i: usize, cpu: &str| {
+        let mut p = serde_json::to_value(pod(
+            "eval",
+            &format!("forged-{i}"),
+            json!({"quota.scheduling.koordinator.sh/name": "q-eval"}),
+            json!({"cpu": cpu}),
+        ))
+        .unwrap();
+        p["apiVersion"] = json!("v1");
+        p["kind"] = json!("Pod");
+        serde_json::to_vec(&support::review::admission_review(
+            &support::review::POD,
+            "CREATE",
+            "eval",
+            p,
+            Value::Null,
+        ))
+        .unwrap()
+    };
+    let forge = |body: Vec<u8>| {
+        let addr = operator.addr;
+        async move {
+            let mut conn = support::tls_client::connect(addr, support::tls_client::Proto::Http1)
+                .await
+                .unwrap();
+            let (_, answer) = conn.post("/validate-pod", body).await;
+            serde_json::from_slice::<Value>(&answer).unwrap()["response"]["allowed"] == true
+        }
+    };
+    assert!(
+        forge(forged(0, "2500m")).await,
+        "the forged review is admitted"
+    );
+    let real = |name: &str| {
+        pod(
+            "eval",
+            name,
+            json!({"quota.scheduling.koordinator.sh/name": "q-eval"}),
+            json!({"cpu": "1"}),
+        )
+    };
+    let refused = eval_pods
+        .create(&PostParams::default(), &real("real-0"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("exceeded quota"), "{refused}");
+    let forging = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let forger = {
+        let forging = forging.clone();
+        let bodies: Vec<Vec<u8>> = (1..200).map(|i| forged(i, "1m")).collect();
+        let addr = operator.addr;
+        tokio::spawn(async move {
+            let mut sent = 0;
+            for body in bodies {
+                if !forging.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(mut conn) =
+                    support::tls_client::connect(addr, support::tls_client::Proto::Http1).await
+                {
+                    conn.post("/validate-pod", body).await;
+                    sent += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            sent
+        })
+    };
+    eventually(
+        Duration::from_secs(15),
+        "a real pod admitted while forged reviews keep coming",
+        || async {
+            eval_pods
+                .create(&PostParams::default(), &real("real-1"))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    forging.store(false, std::sync::atomic::Ordering::SeqCst);
+    let sent = forger.await.unwrap();
+    assert!(sent >= 2, "the forger kept going ({sent} sent)");
+
     // The API server restarted: watches resume, admission keeps working without a process restart.
     // Readiness keeps the last bundle it read: the restart makes no replica unready.
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 
-use super::evaluator::{AUDIT_CHILD_REQUEST, ChildRequests, Evaluator};
+use super::evaluator::{AUDIT_CHILD_REQUEST, Admission, ChildRequests, Evaluator};
 use super::replace_resources;
-use super::{pod_namespace, resolve_quota_name};
+use super::{pod_namespace, resolve_quota_name, resolve_quota_name_of};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::admission::pod::requests::{negative_request, pod_requests};
+use crate::apis::keys::QUOTA_NAME;
 use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};
+use crate::cache::IndexedPod;
 use crate::features::{FeatureGates, Gate};
 use crate::resources::Resources;
 
@@ -71,15 +73,26 @@ pub fn charged_requests(pod: &Pod, gates: &FeatureGates) -> Result<Option<Resour
     pod_requests(pod).map(Some).map_err(|e| e.to_string())
 }
 
-/// The quota a pod is evaluated against, or `None` for the quotas evaluation skips.
+/// The quota a pod with this quota label in this namespace is evaluated against, or `None` for
+/// the quotas evaluation skips.
 pub fn evaluated_quota(
-    pod: &Pod,
+    label: Option<&str>,
     namespace: &str,
     cache: &crate::cache::Cache,
     gates: &FeatureGates,
 ) -> Option<String> {
-    let name = resolve_quota_name(pod, namespace, cache, gates);
+    let name = resolve_quota_name_of(label, namespace, cache, gates);
     (![DEFAULT_QUOTA, SYSTEM_QUOTA, ROOT_QUOTA, ""].contains(&name.as_str())).then_some(name)
+}
+
+/// What the pod index keeps of a watched pod: its key, quota label and charge.
+pub fn indexed_pod(pod: &Pod, gates: &FeatureGates) -> IndexedPod {
+    IndexedPod {
+        namespace: pod_namespace(pod, None).to_owned(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        quota_label: crate::apis::meta::label(pod, QUOTA_NAME).map(str::to_owned),
+        charged: charged_requests(pod, gates).ok().flatten(),
+    }
 }
 
 impl QuotaEvaluation {
@@ -145,9 +158,17 @@ impl QuotaEvaluation {
             return Ok(());
         }
         let store = ctx.services.quota_store.clone();
+        let admission = Admission {
+            usage,
+            pod: format!(
+                "{namespace}/{}",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ),
+            window: ctx.settings.child_request_window,
+        };
         let used = self
             .evaluator
-            .evaluate(&quota, usage, store, ctx.request.dry_run)
+            .evaluate(&quota, admission, store, ctx.request.dry_run)
             .await
             .map_err(Rejection::invalid)?;
         ctx.annotate(AUDIT_CHILD_REQUEST, used);

@@ -11,15 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
+use super::recent;
 use crate::admission::ports::{QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
 use crate::resources::Resources;
 
 pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
 pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
-/// When evaluation last wrote `child-request` (RFC 3339): the leader's recount leaves a quota alone
-/// while admissions to it may still be on their way to the cluster.
-pub const CHILD_REQUEST_UPDATED: &str = "koord-webhook/child-request-updated";
 /// Audit annotation carrying the child-request value evaluation wrote (or would write).
 pub const AUDIT_CHILD_REQUEST: &str = "koord-webhook/child-request";
 
@@ -146,8 +144,19 @@ impl ChildRequests {
     }
 }
 
+/// One pod to evaluate: what it uses of the quota, who it is, and how long its admission stays in
+/// the recent-admissions record ([`recent`]).
+pub struct Admission {
+    pub usage: Resources,
+    /// `namespace/name`.
+    pub pod: String,
+    pub window: std::time::Duration,
+}
+
 struct Pending {
     usage: Resources,
+    /// `namespace/name` of the pod, for the recent-admissions record.
+    pod: String,
     reply: oneshot::Sender<Result<String, String>>,
 }
 
@@ -171,10 +180,11 @@ impl Evaluator {
     pub async fn evaluate(
         self: &Arc<Self>,
         quota: &ElasticQuota,
-        usage: Resources,
+        admission: Admission,
         store: Option<Arc<dyn QuotaStore>>,
         dry_run: bool,
     ) -> Result<String, String> {
+        let Admission { usage, pod, window } = admission;
         let key = (
             quota.metadata.namespace.clone().unwrap_or_default(),
             quota.metadata.name.clone().unwrap_or_default(),
@@ -195,12 +205,12 @@ impl Evaluator {
                     key.0, key.1
                 ));
             }
-            queue.pending.push(Pending { usage, reply });
+            queue.pending.push(Pending { usage, pod, reply });
             !std::mem::replace(&mut queue.running, true)
         };
         if start_worker {
             let (evaluator, initial) = (self.clone(), quota.clone());
-            tokio::spawn(async move { evaluator.drain(key, initial, store).await });
+            tokio::spawn(async move { evaluator.drain(key, initial, store, window).await });
         }
         answer
             .await
@@ -233,6 +243,7 @@ impl Evaluator {
         key: (String, String),
         cached: ElasticQuota,
         store: Option<Arc<dyn QuotaStore>>,
+        window: std::time::Duration,
     ) {
         loop {
             let batch: Vec<Pending> = {
@@ -248,7 +259,7 @@ impl Evaluator {
             // A request the API server already gave up on must not consume quota.
             let batch: Vec<Pending> = batch.into_iter().filter(|p| !p.reply.is_closed()).collect();
             let results = self
-                .run_batch(&key, &cached, store.as_deref(), &batch)
+                .run_batch(&key, &cached, store.as_deref(), &batch, window)
                 .await;
             for (pending, result) in batch.into_iter().zip(results) {
                 let _ = pending.reply.send(result);
@@ -262,6 +273,7 @@ impl Evaluator {
         cached: &ElasticQuota,
         store: Option<&dyn QuotaStore>,
         batch: &[Pending],
+        window: std::time::Duration,
     ) -> Vec<Result<String, String>> {
         let all = |message: String| batch.iter().map(|_| Err(message.clone())).collect();
         for attempt in 1..=MAX_WRITE_ATTEMPTS {
@@ -282,6 +294,19 @@ impl Evaluator {
                     .collect();
             }
             let used = account.used_json();
+            let now = jiff::Timestamp::now().as_second();
+            let mut admitted = recent::read(&quota);
+            let this_batch = batch.iter().zip(&verdicts).filter(|(_, v)| v.is_ok());
+            recent::record(
+                &mut admitted,
+                this_batch.map(|(p, _)| recent::Admitted {
+                    pod: p.pod.clone(),
+                    at: now,
+                    requests: p.usage.to_quantities(),
+                }),
+                now,
+                window.as_secs() as i64,
+            );
             let mut updated = quota.clone();
             updated
                 .metadata
@@ -289,10 +314,7 @@ impl Evaluator {
                 .get_or_insert_with(Default::default)
                 .extend([
                     (CHILD_REQUEST.to_owned(), used.clone()),
-                    (
-                        CHILD_REQUEST_UPDATED.to_owned(),
-                        jiff::Timestamp::now().to_string(),
-                    ),
+                    (recent::RECENT.to_owned(), recent::to_json(&admitted)),
                 ]);
             let written = match store {
                 None => {
@@ -344,6 +366,14 @@ mod tests {
 
     fn cpu(v: &str) -> Resources {
         Resources::parse_json(&format!(r#"{{"cpu":"{v}"}}"#)).unwrap()
+    }
+
+    fn admission(usage: Resources) -> Admission {
+        Admission {
+            usage,
+            pod: "team/p".to_owned(),
+            window: std::time::Duration::from_secs(60),
+        }
     }
 
     #[test]
@@ -417,7 +447,7 @@ mod tests {
                 let (evaluator, cached, store) = (evaluator.clone(), cached.clone(), store.clone());
                 tokio::spawn(async move {
                     evaluator
-                        .evaluate(&cached, cpu("100m"), Some(store), false)
+                        .evaluate(&cached, admission(cpu("100m")), Some(store), false)
                         .await
                 })
             })
@@ -453,7 +483,7 @@ mod tests {
                     (evaluator.clone(), cached.clone(), dyn_store.clone());
                 tokio::spawn(async move {
                     evaluator
-                        .evaluate(&cached, cpu("100m"), Some(store), false)
+                        .evaluate(&cached, admission(cpu("100m")), Some(store), false)
                         .await
                 })
             })
@@ -480,21 +510,21 @@ mod tests {
         let dyn_store: Arc<dyn QuotaStore> = store.clone();
 
         let dry = evaluator
-            .evaluate(&cached, cpu("4"), Some(dyn_store.clone()), true)
+            .evaluate(&cached, admission(cpu("4")), Some(dyn_store.clone()), true)
             .await
             .unwrap();
         assert_eq!(dry, r#"{"cpu":"4"}"#);
         assert_eq!(store.writes(), 0);
         assert!(
             evaluator
-                .evaluate(&cached, cpu("40"), Some(dyn_store.clone()), true)
+                .evaluate(&cached, admission(cpu("40")), Some(dyn_store.clone()), true)
                 .await
                 .is_err()
         );
 
         store.inject_conflicts.store(2, Ordering::SeqCst);
         evaluator
-            .evaluate(&cached, cpu("4"), Some(dyn_store.clone()), false)
+            .evaluate(&cached, admission(cpu("4")), Some(dyn_store.clone()), false)
             .await
             .unwrap();
         assert_eq!(store.writes(), 1);
@@ -502,7 +532,7 @@ mod tests {
             .inject_conflicts
             .store(MAX_WRITE_ATTEMPTS, Ordering::SeqCst);
         let err = evaluator
-            .evaluate(&cached, cpu("1"), Some(dyn_store.clone()), false)
+            .evaluate(&cached, admission(cpu("1")), Some(dyn_store.clone()), false)
             .await
             .unwrap_err();
         assert!(
@@ -527,20 +557,20 @@ mod tests {
         let evaluator = Arc::new(Evaluator::default());
         assert_eq!(
             evaluator
-                .evaluate(&cached, cpu("3"), None, false)
+                .evaluate(&cached, admission(cpu("3")), None, false)
                 .await
                 .unwrap(),
             r#"{"cpu":"9"}"#
         );
         assert!(
             evaluator
-                .evaluate(&cached, cpu("3"), None, false)
+                .evaluate(&cached, admission(cpu("3")), None, false)
                 .await
                 .is_err()
         );
         assert_eq!(
             evaluator
-                .evaluate(&cached, cpu("1"), None, false)
+                .evaluate(&cached, admission(cpu("1")), None, false)
                 .await
                 .unwrap(),
             r#"{"cpu":"10"}"#

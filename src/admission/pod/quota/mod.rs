@@ -5,6 +5,7 @@
 
 pub mod evaluation;
 pub mod evaluator;
+pub mod recent;
 mod replace_resources;
 pub mod topology_check;
 
@@ -24,9 +25,22 @@ pub fn resolve_quota_name(
     cache: &Cache,
     gates: &FeatureGates,
 ) -> String {
-    let label = crate::apis::meta::label(pod, QUOTA_NAME)
-        .unwrap_or_default()
-        .to_owned();
+    resolve_quota_name_of(
+        crate::apis::meta::label(pod, QUOTA_NAME),
+        namespace,
+        cache,
+        gates,
+    )
+}
+
+/// [`resolve_quota_name`] from the pod's quota label alone (what the pod index keeps).
+pub fn resolve_quota_name_of(
+    label: Option<&str>,
+    namespace: &str,
+    cache: &Cache,
+    gates: &FeatureGates,
+) -> String {
+    let label = label.unwrap_or_default().to_owned();
     if gates.enabled(Gate::DisableDefaultQuota) || !label.is_empty() {
         return label;
     }
