@@ -1,6 +1,7 @@
-//! The ElasticQuota ledger's record in the cluster: one ConfigMap in the operator's namespace whose
-//! `last-change` key names the last admitted change. Writes carry the resourceVersion read, so of
-//! two replicas writing after the same read only one succeeds.
+//! The ElasticQuota ledger's record in the cluster: one ConfigMap in the operator's namespace, one
+//! data key per ledger key (`t.<tree>`, `n.<namespace>`, and `last-change`, the key replicas before
+//! keyed ledgers read), each naming the last admitted change. Writes carry the resourceVersion
+//! read, so of two replicas writing after the same read only one succeeds.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +15,6 @@ use crate::admission::ports::StoreError;
 use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
 use crate::names::{FIELD_MANAGER, QUOTA_LEDGER};
 use crate::names::{app_labels, namespace};
-
-const KEY: &str = "last-change";
 
 pub struct KubeLedgerStore {
     pub client: Client,
@@ -40,8 +39,8 @@ impl KubeLedgerStore {
     }
 }
 
-/// The ledger ConfigMap: at `version` when given (a conditional write), holding `change` if any.
-fn record(version: Option<&str>, change: Option<String>) -> ConfigMap {
+/// The ledger ConfigMap: at `version` when given (a conditional write), holding `data` if any.
+fn record(version: Option<&str>, data: Option<BTreeMap<String, String>>) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(QUOTA_LEDGER.to_owned()),
@@ -50,7 +49,7 @@ fn record(version: Option<&str>, change: Option<String>) -> ConfigMap {
             resource_version: version.map(str::to_owned),
             ..Default::default()
         },
-        data: change.map(|text| BTreeMap::from([(KEY.to_owned(), text)])),
+        data,
         ..Default::default()
     }
 }
@@ -70,11 +69,13 @@ impl LedgerStore for KubeLedgerStore {
                     self.api().get(QUOTA_LEDGER).await.map_err(store_error)?
                 }
             };
+            // An entry that does not parse is left out: it names no change anyone waits for.
             let last = config_map
                 .data
-                .as_ref()
-                .and_then(|d| d.get(KEY))
-                .and_then(|text| serde_json::from_str::<PendingChange>(text).ok());
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(key, text)| Some((key, serde_json::from_str(&text).ok()?)))
+                .collect();
             Ok(LedgerRecord {
                 version: config_map.metadata.resource_version.unwrap_or_default(),
                 last,
@@ -85,12 +86,15 @@ impl LedgerStore for KubeLedgerStore {
     fn write<'a>(
         &'a self,
         version: &'a str,
-        change: &'a PendingChange,
+        last: &'a BTreeMap<String, PendingChange>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let text =
-                serde_json::to_string(change).map_err(|e| StoreError::Other(e.to_string()))?;
-            let config_map = record(Some(version), Some(text));
+            let data = last
+                .iter()
+                .map(|(key, change)| Ok((key.clone(), serde_json::to_string(change)?)))
+                .collect::<Result<_, serde_json::Error>>()
+                .map_err(|e| StoreError::Other(e.to_string()))?;
+            let config_map = record(Some(version), Some(data));
             self.api()
                 .replace(QUOTA_LEDGER, &crate::names::post_params(), &config_map)
                 .await
@@ -118,15 +122,22 @@ mod tests {
             name: "q".into(),
             operation: ChangeKind::Create,
             resource_version: None,
+            at: 7,
         }
     }
 
+    fn entries() -> BTreeMap<String, PendingChange> {
+        BTreeMap::from([("t.q".to_owned(), change())])
+    }
+
     fn stored(version: &str, last: Option<&PendingChange>) -> serde_json::Value {
-        let mut config_map = serde_json::to_value(record(
-            Some(version),
-            last.map(|c| serde_json::to_string(c).unwrap()),
-        ))
-        .unwrap();
+        let data = last.map(|c| {
+            BTreeMap::from([
+                ("t.q".to_owned(), serde_json::to_string(c).unwrap()),
+                ("t.bad".to_owned(), "{not json".to_owned()),
+            ])
+        });
+        let mut config_map = serde_json::to_value(record(Some(version), data)).unwrap();
         config_map["apiVersion"] = json!("v1");
         config_map["kind"] = json!("ConfigMap");
         config_map
@@ -141,7 +152,7 @@ mod tests {
         ]);
         let record = KubeLedgerStore { client }.read().await.unwrap();
         assert_eq!(record.version, "1");
-        assert_eq!(record.last, None);
+        assert!(record.last.is_empty());
         let seen = server.await.unwrap();
         assert_eq!(seen[1].content_type, "application/apply-patch+yaml");
         assert!(
@@ -166,15 +177,26 @@ mod tests {
                 StatusCode::CONFLICT,
                 status(409, "Conflict"),
             ),
+            Step::new(
+                Method::GET,
+                PATH,
+                StatusCode::OK,
+                stored("2", Some(&change())),
+            ),
         ]);
         let store = KubeLedgerStore { client };
-        store.write("1", &change()).await.unwrap();
-        assert_eq!(store.write("1", &change()).await, Err(StoreError::Conflict));
+        store.write("1", &entries()).await.unwrap();
+        assert_eq!(
+            store.write("1", &entries()).await,
+            Err(StoreError::Conflict)
+        );
+        // An entry that does not parse is left out.
+        assert_eq!(store.read().await.unwrap().last, entries());
         drop(store);
         let seen = server.await.unwrap();
         assert_eq!(seen[0].body["metadata"]["resourceVersion"], "1");
         let written: PendingChange =
-            serde_json::from_str(seen[0].body["data"][KEY].as_str().unwrap()).unwrap();
+            serde_json::from_str(seen[0].body["data"]["t.q"].as_str().unwrap()).unwrap();
         assert_eq!(written, change());
     }
 }

@@ -388,6 +388,59 @@ spec: {max: {cpu: "10", memory: 100Gi}}
     let sent = forger.await.unwrap();
     assert!(sent >= 2, "the forger kept going ({sent} sent)");
 
+    // A forged ElasticQuota CREATE is admitted into the ledger but never stored: it holds up the
+    // changes of its own tree (parent-a's) until its pending timeout, and no other. Before, every
+    // quota change in the cluster got 429 behind it.
+    let forged_quota = json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": {"name": "forged-q", "namespace": "team-a",
+                     "labels": {"quota.scheduling.koordinator.sh/parent": "parent-a"}},
+        "spec": {"min": {"cpu": "0", "memory": "0"}, "max": {"cpu": "1", "memory": "1Gi"}}
+    });
+    let body = serde_json::to_vec(&support::review::admission_review(
+        &support::review::ELASTIC_QUOTA,
+        "CREATE",
+        "team-a",
+        forged_quota,
+        Value::Null,
+    ))
+    .unwrap();
+    let mut conn = support::tls_client::connect(operator.addr, support::tls_client::Proto::Http1)
+        .await
+        .unwrap();
+    let (_, answer) = conn
+        .post(
+            koord_webhook::admission::webhooks::VALIDATE_ELASTIC_QUOTA,
+            body,
+        )
+        .await;
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let started = std::time::Instant::now();
+    apply(
+        cp,
+        "apiVersion: scheduling.sigs.k8s.io/v1alpha1\nkind: ElasticQuota\nmetadata: {name: solo, namespace: eval}\nspec: {min: {cpu: \"1\"}, max: {cpu: \"1\"}}\n",
+    );
+    eprintln!(
+        "a quota in another tree admitted {:?} after the forged one",
+        started.elapsed()
+    );
+    let held = kubectl_err(
+        cp,
+        &[
+            "patch",
+            "elasticquota",
+            "child-a1",
+            "-n",
+            "team-a",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"min":{"cpu":"2"}}}"#,
+        ],
+        None,
+    );
+    assert!(held.contains("still being admitted"), "{held}");
+
     // The API server restarted: watches resume, admission keeps working without a process restart.
     // Readiness keeps the last bundle it read: the restart makes no replica unready.
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));

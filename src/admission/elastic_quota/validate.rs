@@ -10,7 +10,7 @@ use kube::core::admission::Operation;
 
 use std::sync::{Mutex, OnceLock};
 
-use super::ledger::{Ledger, change_of};
+use super::ledger::{Ledger, change_of, keys_of};
 use super::overlay::{Overlay, PENDING_TTL};
 use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
 use crate::admission::chain::{Ctx, Step, Validator};
@@ -40,7 +40,8 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
             Some(ledger) => match ledger_change(ctx) {
                 Some(change) => Step::Pending(Box::pin(async move {
                     // The cache shows the change once the watch delivers it; nothing to apply here.
-                    ledger.admit(change, ctx.cache, || check(ctx)).await?;
+                    let keys = || keys_of(&ctx.cache.topology(), ctx.object(), ctx.old_object());
+                    ledger.admit(change, keys, ctx.cache, || check(ctx)).await?;
                     Ok(())
                 })),
                 None => check(ctx).map(|_| ()).into(),

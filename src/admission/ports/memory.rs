@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::collections::BTreeMap;
+
 use futures::future::BoxFuture;
 
 use super::{Dice, LedgerRecord, LedgerStore, PendingChange, QuotaStore, StoreError};
@@ -97,7 +99,7 @@ impl QuotaStore for MemoryQuotaStore {
 /// The record in memory, with versions, for tests.
 #[derive(Default)]
 pub struct MemoryLedgerStore {
-    record: std::sync::Mutex<(u64, Option<PendingChange>)>,
+    record: std::sync::Mutex<(u64, BTreeMap<String, PendingChange>)>,
 }
 
 impl LedgerStore for MemoryLedgerStore {
@@ -112,11 +114,11 @@ impl LedgerStore for MemoryLedgerStore {
     fn write<'a>(
         &'a self,
         version: &'a str,
-        change: &'a PendingChange,
+        last: &'a BTreeMap<String, PendingChange>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut record = self.record.lock().unwrap();
         let result = if record.0.to_string() == version {
-            *record = (record.0 + 1, Some(change.clone()));
+            *record = (record.0 + 1, last.clone());
             Ok(())
         } else {
             Err(StoreError::Conflict)

@@ -50,6 +50,9 @@ pub struct PendingChange {
     /// On UPDATE, the resourceVersion of the object before the change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// When the admitting replica recorded it (Unix seconds): old entries leave the record.
+    #[serde(default)]
+    pub at: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,21 +62,23 @@ pub enum ChangeKind {
     Delete,
 }
 
-/// The record and the version a conditional write must name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The record: the last admitted change per key (a quota tree, a bound namespace; and the
+/// record's one key older replicas read), and the version a conditional write must name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LedgerRecord {
     pub version: String,
-    pub last: Option<PendingChange>,
+    pub last: std::collections::BTreeMap<String, PendingChange>,
 }
 
 /// Where the record lives: a ConfigMap in cluster mode, memory in tests.
 pub trait LedgerStore: Send + Sync {
     fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>>;
-    /// Replaces the record if its version is still `version` ([`StoreError::Conflict`] otherwise).
+    /// Replaces the record's entries with `last` if its version is still `version`
+    /// ([`StoreError::Conflict`] otherwise).
     fn write<'a>(
         &'a self,
         version: &'a str,
-        change: &'a PendingChange,
+        last: &'a std::collections::BTreeMap<String, PendingChange>,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
