@@ -106,10 +106,10 @@ pub fn build(
         data.insert(ConnectionStreams(Arc::new(tokio::sync::Semaphore::new(
             streams,
         ))));
-        let peer = io
+        let tcp = io
             .downcast_ref::<TlsStream<actix_web::rt::net::TcpStream>>()
-            .and_then(|tls| tls.get_ref().0.peer_addr().ok());
-        per_address::on_connect(&held, peer.map(|a| a.ip()), data);
+            .map(|tls| tls.get_ref().0);
+        per_address::on_connect(&held, tcp, data);
     })
     .workers(workers)
     // Per worker in actix.

@@ -59,10 +59,8 @@ pub fn build(
         }
     })
     .on_connect(move |io, data| {
-        let peer = io
-            .downcast_ref::<actix_web::rt::net::TcpStream>()
-            .and_then(|tcp| tcp.peer_addr().ok());
-        per_address::on_connect(&held, peer.map(|a| a.ip()), data);
+        let tcp = io.downcast_ref::<actix_web::rt::net::TcpStream>();
+        per_address::on_connect(&held, tcp, data);
     })
     .workers(1)
     .max_connections(64)

@@ -76,21 +76,26 @@ impl Drop for Slot {
     }
 }
 
-/// Puts the connection's slot (or its refusal) into its data, from actix-web's `on_connect`.
+/// From actix-web's `on_connect`: puts the connection's slot into its data, or, for a connection
+/// over its address's cap, shuts its socket down at once (so an idle one does not hold a
+/// connection of the server until the header timeout) and marks it, should a request already be
+/// on its way.
 pub fn on_connect(
     table: &Arc<PerAddress>,
-    ip: Option<IpAddr>,
+    tcp: Option<&tokio::net::TcpStream>,
     data: &mut actix_web::dev::Extensions,
 ) {
-    match ip.map(|ip| table.take(ip)) {
-        Some(Some(slot)) => {
+    let Some((tcp, ip)) = tcp.and_then(|t| Some((t, t.peer_addr().ok()?.ip()))) else {
+        return;
+    };
+    match table.take(ip) {
+        Some(slot) => {
             data.insert(slot);
         }
-        Some(None) => {
+        None => {
+            let _ = socket2::SockRef::from(tcp).shutdown(std::net::Shutdown::Both);
             data.insert(AddressFull(table.per_address));
         }
-        // No peer address (a Unix socket): nothing to count by.
-        None => {}
     }
 }
 
