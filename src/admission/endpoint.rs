@@ -134,6 +134,9 @@ enum Chain<T: Object> {
     Mutating {
         plugins: Vec<Box<dyn Mutator<T>>>,
         differ: patch::Differ<T>,
+        /// Denies a request without an object (a DELETE), as Koordinator's pod and quota
+        /// mutating handlers do (they decode the object first, whatever the operation).
+        requires_object: bool,
     },
     Validating {
         plugins: Vec<Box<dyn Validator<T>>>,
@@ -167,8 +170,23 @@ impl<T: Object> TypedEndpoint<T> {
         plugins: Vec<Box<dyn Mutator<T>>>,
         differ: patch::Differ<T>,
     ) -> Self {
-        let chain = Chain::Mutating { plugins, differ };
+        let chain = Chain::Mutating {
+            plugins,
+            differ,
+            requires_object: false,
+        };
         Self { spec, chain }
+    }
+
+    /// A request without an object gets a 400 "there is no content to decode".
+    pub fn requiring_object(mut self) -> Self {
+        if let Chain::Mutating {
+            requires_object, ..
+        } = &mut self.chain
+        {
+            *requires_object = true;
+        }
+        self
     }
 
     pub fn validating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
@@ -316,7 +334,15 @@ impl<T: Object> TypedEndpoint<T> {
                 run_validators(plugins, &ctx, &env.metrics, self.spec.path).await,
                 None,
             ),
-            Chain::Mutating { plugins, differ } => match &request.object {
+            Chain::Mutating {
+                plugins,
+                differ,
+                requires_object,
+            } => match &request.object {
+                None if *requires_object => {
+                    env.metrics.admission.error(self.spec.path, "decode");
+                    return Verdict::deny(400, "there is no content to decode");
+                }
                 // Nothing to mutate on DELETE.
                 None => (Ok(()), None),
                 Some(original) => {

@@ -147,15 +147,14 @@ pub struct EndpointId(usize);
 fn build_endpoint(spec: &'static WebhookSpec) -> Endpoint {
     use webhooks::*;
     match spec.path {
-        MUTATE_POD => Endpoint::Pod(TypedEndpoint::mutating_with_differ(
-            spec,
-            pod::mutators(),
-            patch::pod::diff,
-        )),
+        MUTATE_POD => Endpoint::Pod(
+            TypedEndpoint::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
+                .requiring_object(),
+        ),
         VALIDATE_POD => Endpoint::Pod(TypedEndpoint::validating(spec, pod::validators())),
-        MUTATE_ELASTIC_QUOTA => {
-            Endpoint::ElasticQuota(TypedEndpoint::mutating(spec, elastic_quota::mutators()))
-        }
+        MUTATE_ELASTIC_QUOTA => Endpoint::ElasticQuota(
+            TypedEndpoint::mutating(spec, elastic_quota::mutators()).requiring_object(),
+        ),
         VALIDATE_ELASTIC_QUOTA => {
             Endpoint::ElasticQuota(TypedEndpoint::validating(spec, elastic_quota::validators()))
         }

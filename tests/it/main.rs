@@ -7,6 +7,7 @@
 mod support;
 
 mod cache_watch;
+mod conformance;
 mod control_plane;
 pub(crate) mod generated;
 mod node;

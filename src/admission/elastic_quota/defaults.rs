@@ -11,6 +11,7 @@ use crate::admission::outcome::{PluginResult, Rejection};
 use crate::apis::ElasticQuota;
 use crate::apis::elastic_quota::ResourceList;
 use crate::apis::keys::{QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA};
+use crate::resources::Qty;
 
 pub const SHARED_WEIGHT: &str = "quota.scheduling.koordinator.sh/shared-weight";
 
@@ -85,7 +86,7 @@ fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {
         }
     }
 
-    let max = quota.spec.max.clone();
+    let max = quota.spec.max.clone().map(canonical);
     let annotations = quota.metadata.annotations.get_or_insert_with(BTreeMap::new);
     let current = annotations.get(SHARED_WEIGHT).filter(|w| !w.is_empty());
     let weight = match current {
@@ -105,10 +106,21 @@ fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {
             if weight == before {
                 return Ok(());
             }
-            serde_json::to_string(&weight)
+            serde_json::to_string(&canonical(weight))
         }
     }
     .map_err(|e| Rejection::internal(e.to_string()))?;
     annotations.insert(SHARED_WEIGHT.to_owned(), weight);
     Ok(())
+}
+
+/// Every quantity in its canonical form (`33000m` is `33`, `30720Mi` is `30Gi`), as Kubernetes
+/// writes a ResourceList it encodes; one that does not parse stays as written.
+fn canonical(list: ResourceList) -> ResourceList {
+    list.into_iter()
+        .map(|(name, value)| {
+            let value = Qty::try_from(&value).map_or(value, Qty::to_quantity);
+            (name, value)
+        })
+        .collect()
 }

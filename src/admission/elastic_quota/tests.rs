@@ -188,7 +188,20 @@ fn create_rules_and_messages() {
             &Pods::default()
         )
         .unwrap_err(),
-        "parent has parentName mid which would make the quota tree a cycle"
+        "checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: mid",
+        "a loop Koordinator refuses gets Koordinator's message"
+    );
+    // One Koordinator lets through (a quota without children made its own parent) is refused here.
+    let solo = eq("solo", json!({"is-parent": "true"}), spec("1", "2"));
+    let alone = QuotaTopology::from_quotas([&solo]);
+    let own_parent = eq(
+        "solo",
+        json!({"parent": "solo", "is-parent": "true"}),
+        spec("1", "2"),
+    );
+    assert_eq!(
+        check_update(&alone, &solo, &own_parent, &gates(), &Pods::default()).unwrap_err(),
+        "solo has parentName solo which would make the quota tree a cycle"
     );
     // Self checks run too.
     assert_eq!(

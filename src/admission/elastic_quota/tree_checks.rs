@@ -237,15 +237,9 @@ fn check_tree(
         return Ok(());
     }
 
-    // 4. The parent must exist and be a parent, and (unlike Koordinator, which has no such check)
-    //    must not be the quota itself or one of its descendants: a cycle breaks every sum above.
+    // 4. The parent must exist and be a parent.
     let parent = if info.parent != ROOT_QUOTA {
         let p = &info.parent;
-        if creates_cycle(topology, name, p) {
-            return Err(format!(
-                "{name} has parentName {p} which would make the quota tree a cycle"
-            ));
-        }
         let parent = topology.get(p).ok_or_else(|| {
             format!("{name} has parentName {p} but not find parentInfo in quotaInfoMap")
         })?;
@@ -297,7 +291,19 @@ fn check_tree(
         }
     }
 
-    // 7. Guaranteed capacity up the tree.
+    // 7. Unlike Koordinator, which has no such check: the parent must not be the quota itself or
+    //    one of its descendants (a cycle breaks every sum up the tree). Checked after Koordinator's
+    //    own checks, so that a change Koordinator refuses gets Koordinator's message.
+    if let Some(parent) = parent
+        && creates_cycle(topology, name, &parent.name)
+    {
+        return Err(format!(
+            "{name} has parentName {} which would make the quota tree a cycle",
+            parent.name
+        ));
+    }
+
+    // 8. Guaranteed capacity up the tree.
     if gates.enabled(Gate::ElasticQuotaGuaranteeUsage)
         && !info.allow_force_update
         && !info.tree_id.is_empty()

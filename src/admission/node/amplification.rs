@@ -68,9 +68,13 @@ fn encode(list: &ResourceList) -> Result<String, String> {
     serde_json::to_string(&canonical).map_err(|e| e.to_string())
 }
 
-fn decode(annotation: &str, text: &str) -> Result<ResourceList, String> {
-    serde_json::from_str(text).map_err(|e| format!("failed to parse {annotation} {text:?}: {e}"))
+/// A resource list annotation as Go's `json.Unmarshal` reads it: `null` is no list (`None`), and
+/// a failure is reported in Koordinator's words (`what`) with the parser's detail after them.
+fn decode(what: &str, text: &str) -> Result<Option<ResourceList>, String> {
+    serde_json::from_str(text).map_err(|e| format!("failed to unmarshal {what}: {e}"))
 }
+
+const RAW: &str = "node raw allocatable";
 
 /// Applies the ratios to `node` (the object after the update); `old` is the node before it.
 pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Result<(), String> {
@@ -103,9 +107,12 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
     let recorded = annotations.get(RAW_ALLOCATABLE).cloned();
     let (raw, raw_capacity) = match recorded {
         Some(text) if !changed => {
-            let raw = decode(RAW_ALLOCATABLE, &text)?;
+            // A recorded `null` reads as no list, and Koordinator then leaves the node as it is.
+            let Some(raw) = decode(RAW, &text)? else {
+                return Ok(());
+            };
             let capacity = match annotations.get(RAW_CAPACITY) {
-                Some(text) => Some(decode(RAW_CAPACITY, text)?),
+                Some(text) => decode("node raw capacity", text)?,
                 None => None,
             };
             (raw, capacity)
@@ -129,8 +136,10 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
         None => None,
     };
 
-    let ratios: BTreeMap<String, f64> = serde_json::from_str(&ratios_text)
-        .map_err(|e| format!("failed to parse {AMPLIFICATION_RATIO} {ratios_text:?}: {e}"))?;
+    let ratios: BTreeMap<String, f64> =
+        serde_json::from_str::<Option<BTreeMap<String, f64>>>(&ratios_text)
+            .map_err(|e| format!("failed to unmarshal node resource amplification ratio: {e}"))?
+            .unwrap_or_default();
     for resource in AMPLIFIED {
         let Some(ratio) = ratios.get(resource).copied().filter(|r| *r > 1.0) else {
             continue;
@@ -299,7 +308,7 @@ mod tests {
         assert!(
             amplify(None, &mut new, false)
                 .unwrap_err()
-                .contains(AMPLIFICATION_RATIO)
+                .starts_with("failed to unmarshal node resource amplification ratio: ")
         );
         let ann = json!({AMPLIFICATION_RATIO: r#"{"cpu": 2}"#, RAW_ALLOCATABLE: "nope"});
         let old = node(ann.clone(), json!({}), json!({"cpu": "1"}));
@@ -307,7 +316,27 @@ mod tests {
         assert!(
             amplify(Some(&old), &mut new, false)
                 .unwrap_err()
-                .contains(RAW_ALLOCATABLE)
+                .starts_with("failed to unmarshal node raw allocatable: ")
         );
+    }
+
+    #[test]
+    fn null_annotations_read_as_absent_lists_as_koordinator_reads_them() {
+        // A ratio of `null`: nothing to amplify.
+        let ann = json!({AMPLIFICATION_RATIO: "null"});
+        let mut new = node(ann.clone(), json!({}), json!({"cpu": "1"}));
+        amplify(
+            Some(&node(ann, json!({}), json!({"cpu": "1"}))),
+            &mut new,
+            false,
+        )
+        .unwrap();
+        assert_eq!(new.status.unwrap().allocatable.unwrap()["cpu"].0, "1");
+        // A recorded raw allocatable of `null` with an unchanged allocatable: left as it is.
+        let ann = json!({AMPLIFICATION_RATIO: r#"{"cpu": 2}"#, RAW_ALLOCATABLE: "null"});
+        let old = node(ann.clone(), json!({}), json!({"cpu": "1"}));
+        let mut new = node(ann, json!({}), json!({"cpu": "1"}));
+        amplify(Some(&old), &mut new, false).unwrap();
+        assert_eq!(new.status.unwrap().allocatable.unwrap()["cpu"].0, "1");
     }
 }

@@ -1,0 +1,189 @@
+// Command koordinator-review answers one AdmissionReview with Koordinator v1.8.0's own webhook
+// handlers, built through Koordinator's own handler registration (package webhook's
+// HandlerBuilderMap), against a fake client holding the same state files `koord-webhook review`
+// reads. It is the reference side of the differential harness (conformance/README.md).
+//
+// Input on stdin, one JSON object:
+//
+//	{"path": "/validate-pod", "gates": {"EnableQuotaAdmission": true}, "objects": [...], "review": {...}}
+//
+// Output on stdout, one JSON object: allowed, code, message, warnings, and the patched object (the
+// request's object with the answer's patch applied; null when there is no object or no patch).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	evanphx "github.com/evanphx/json-patch"
+	jsonpatch "gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/koordinator-sh/koordinator/cmd/koord-manager/options"
+	utilfeature "github.com/koordinator-sh/koordinator/pkg/util/feature"
+	"github.com/koordinator-sh/koordinator/pkg/util/fieldindex"
+	"github.com/koordinator-sh/koordinator/pkg/webhook"
+)
+
+type input struct {
+	Path    string                      `json:"path"`
+	Gates   map[string]bool             `json:"gates"`
+	Objects []map[string]interface{}    `json:"objects"`
+	Review  admissionv1.AdmissionReview `json:"review"`
+}
+
+type output struct {
+	Allowed  bool            `json:"allowed"`
+	Code     int32           `json:"code"`
+	Message  string          `json:"message"`
+	Warnings []string        `json:"warnings"`
+	Patched  json.RawMessage `json:"patched"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// indexes records the field indexes Koordinator registers on its cache, to give them to the fake
+// client (whose List with a field selector needs them).
+type indexes struct {
+	cache.Cache
+	fields []index
+}
+
+type index struct {
+	obj   client.Object
+	field string
+	fn    client.IndexerFunc
+}
+
+func (i *indexes) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.fields = append(i.fields, index{obj, field, fn})
+	return nil
+}
+
+// fakeManager is the part of a manager the handler builders use: client, scheme and cache.
+type fakeManager struct {
+	manager.Manager
+	client client.Client
+	cache  cache.Cache
+}
+
+func (m *fakeManager) GetClient() client.Client    { return m.client }
+func (m *fakeManager) GetScheme() *runtime.Scheme  { return options.Scheme }
+func (m *fakeManager) GetCache() cache.Cache       { return m.cache }
+func (m *fakeManager) GetAPIReader() client.Reader { return m.client }
+
+func main() {
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+	out, err := run(os.Stdin)
+	if err != nil {
+		out = output{Error: err.Error()}
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func run(in io.Reader) (output, error) {
+	var c input
+	if err := json.NewDecoder(in).Decode(&c); err != nil {
+		return output{}, fmt.Errorf("input: %w", err)
+	}
+	gates := make([]string, 0, len(c.Gates))
+	for name, on := range c.Gates {
+		gates = append(gates, fmt.Sprintf("%s=%t", name, on))
+	}
+	sort.Strings(gates)
+	if len(gates) > 0 {
+		if err := utilfeature.DefaultMutableFeatureGate.Set(strings.Join(gates, ",")); err != nil {
+			return output{}, fmt.Errorf("gates: %w", err)
+		}
+	}
+
+	objects := make([]client.Object, 0, len(c.Objects))
+	informers := &informertest.FakeInformers{Scheme: options.Scheme}
+	for _, raw := range c.Objects {
+		typed, err := typedObject(raw)
+		if err != nil {
+			return output{}, err
+		}
+		objects = append(objects, typed)
+	}
+	recorded := &indexes{}
+	if err := fieldindex.RegisterFieldIndexes(recorded); err != nil {
+		return output{}, fmt.Errorf("field indexes: %w", err)
+	}
+	builder := fake.NewClientBuilder().WithScheme(options.Scheme).WithObjects(objects...)
+	for _, i := range recorded.fields {
+		builder = builder.WithIndex(i.obj, i.field, i.fn)
+	}
+	cl := builder.Build()
+
+	hb, ok := webhook.HandlerBuilderMap[c.Path]
+	if !ok {
+		return output{}, fmt.Errorf("no Koordinator handler at %s", c.Path)
+	}
+	handler := hb.WithControllerManager(&fakeManager{client: cl, cache: informers}).Build()
+	// The elastic quota handlers learn the tree from informer events: replay the state into them.
+	for _, o := range objects {
+		if inf, err := informers.FakeInformerFor(context.Background(), o); err == nil {
+			inf.Add(o)
+		}
+	}
+
+	req := admission.Request{AdmissionRequest: *c.Review.Request}
+	resp := handler.Handle(context.Background(), req)
+	result := output{Allowed: resp.Allowed, Warnings: resp.Warnings}
+	if resp.Result != nil {
+		result.Code = resp.Result.Code
+		result.Message = resp.Result.Message
+	}
+	if len(resp.Patches) > 0 && len(req.Object.Raw) > 0 {
+		patched, err := applyPatches(req.Object.Raw, resp.Patches)
+		if err != nil {
+			return output{}, err
+		}
+		result.Patched = patched
+	}
+	return result, nil
+}
+
+func typedObject(raw map[string]interface{}) (client.Object, error) {
+	u := &unstructured.Unstructured{Object: raw}
+	obj, err := options.Scheme.New(u.GroupVersionKind())
+	if err != nil {
+		return nil, fmt.Errorf("state object %s: %w", u.GroupVersionKind(), err)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, obj); err != nil {
+		return nil, fmt.Errorf("state object %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	typed, ok := obj.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("state object %s is not a client.Object", u.GroupVersionKind())
+	}
+	typed.SetResourceVersion("")
+	return typed, nil
+}
+
+func applyPatches(original []byte, patches []jsonpatch.JsonPatchOperation) (json.RawMessage, error) {
+	doc, err := json.Marshal(patches)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := evanphx.DecodePatch(doc)
+	if err != nil {
+		return nil, err
+	}
+	return patch.Apply(original)
+}
