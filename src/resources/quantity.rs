@@ -51,8 +51,9 @@ impl Default for Qty {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     #[error(
-        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
     )]
+    /// Kubernetes' (and Koordinator's) words, without the value: callers name the field.
     Syntax(String),
     /// Kubernetes accepts it, but its value does not fit the 128-bit milli-units arithmetic here.
     #[error("quantity {0:?} is too large: koord-webhook handles quantities up to 10^35")]

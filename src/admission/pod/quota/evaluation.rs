@@ -141,8 +141,12 @@ impl QuotaEvaluation {
             }
         };
 
-        let account = ChildRequests::read(&quota).map_err(Rejection::invalid)?;
-        if !account.limits_pods() {
+        // What the pod would use of the quota comes first: a pod that uses none of its resources
+        // is admitted whatever the quota's `child-request` says, even text that does not parse
+        // (Koordinator reads it only then).
+        let max = Resources::parse(quota.spec.max.as_ref())
+            .map_err(|e| Rejection::invalid(e.to_string()))?;
+        if !ChildRequests::limits_pods_of(&max) {
             return Ok(());
         }
         // The API server refuses such a pod before admission: one that reaches here was not sent by
@@ -153,10 +157,11 @@ impl QuotaEvaluation {
         let Some(requests) = charged_requests(pod, ctx.gates).map_err(Rejection::invalid)? else {
             return Ok(());
         };
-        let usage = account.usage_of(&requests);
-        if usage.is_empty() {
+        if ChildRequests::usage_within(&max, &requests).is_empty() {
             return Ok(());
         }
+        let account = ChildRequests::read(&quota).map_err(Rejection::invalid)?;
+        let usage = account.usage_of(&requests);
         let store = ctx.services.quota_store.clone();
         let admission = Admission {
             usage,

@@ -98,12 +98,27 @@ impl ChildRequests {
             .any(|n| POD_RESOURCES.contains(&n.as_str()))
     }
 
+    /// Whether a quota whose max is `max` limits anything a pod consumes.
+    pub fn limits_pods_of(max: &Resources) -> bool {
+        max.keys().any(|n| POD_RESOURCES.contains(&n.as_str()))
+    }
+
     /// The part of a pod's requests this quota counts: its max keys, non-zero values.
     pub fn usage_of(&self, requests: &Resources) -> Resources {
         requests
             .0
             .iter()
             .filter(|(k, q)| self.names.contains(*k) && !q.is_zero())
+            .map(|(k, q)| (k.clone(), *q))
+            .collect()
+    }
+
+    /// [`Self::usage_of`] for a quota whose max is `max`.
+    pub fn usage_within(max: &Resources, requests: &Resources) -> Resources {
+        requests
+            .0
+            .iter()
+            .filter(|(k, q)| max.contains(k) && !q.is_zero())
             .map(|(k, q)| (k.clone(), *q))
             .collect()
     }
