@@ -18,3 +18,4 @@ mod review_elastic_quota;
 mod review_node_configmap;
 mod review_pod;
 mod server;
+mod server_limits;

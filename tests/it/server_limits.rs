@@ -1,0 +1,399 @@
+//! What one client can cost the HTTPS server, through a real server: stalled and oversized
+//! bodies, upload bursts, the largest reviews at once against the memory limit, connections per
+//! address, and a costly check beside the health endpoint.
+
+use crate::server::{harmless_review, response_of};
+use crate::support;
+
+use std::time::Duration;
+
+use hyper::StatusCode;
+use koord_webhook::admission::webhooks;
+use koord_webhook::cache::Cache;
+use koord_webhook::features::FeatureGates;
+use serde_json::{Value, json};
+use support::tls_client::{Proto, connect, connect_plain};
+use support::{TestServer, fixture};
+use tokio::io::AsyncReadExt;
+
+fn tight_limits() -> koord_webhook::server::Limits {
+    koord_webhook::server::Limits {
+        read_timeout: Duration::from_secs(1),
+        max_inflight_bytes: 32 * 1024 * 1024,
+        max_streams_per_connection: 4,
+        ..Default::default()
+    }
+}
+
+/// A client that starts a body and stops sending: answered 408 after the read deadline, and the
+/// stream's slot and bytes are given back.
+#[tokio::test]
+async fn a_stalled_body_is_dropped_after_the_deadline() {
+    let server =
+        TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
+    for proto in [Proto::Http1, Proto::Http2] {
+        let mut conn = connect(server.addr, proto).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(b"{\"apiVersion\":".to_vec()).await.unwrap();
+        let started = std::time::Instant::now();
+        let (status, body) = tokio::time::timeout(
+            Duration::from_secs(10),
+            conn.post_streaming(webhooks::VALIDATE_POD, rx),
+        )
+        .await
+        .expect("an answer, not a hang")
+        .unwrap();
+        assert_eq!(
+            status,
+            StatusCode::REQUEST_TIMEOUT,
+            "{proto:?}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(started.elapsed() >= Duration::from_millis(900));
+        drop(tx);
+    }
+    server.stop().await;
+}
+
+/// Over HTTP/2 a body without Content-Length that grows past the limit gets a 413 the client reads
+/// (the stream was once reset with no response).
+#[tokio::test]
+async fn an_oversized_streamed_body_gets_413_over_http2() {
+    let server =
+        TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
+    let mut conn = connect(server.addr, Proto::Http2).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let sender = tokio::spawn(async move {
+        for _ in 0..10 {
+            if tx.send(vec![b' '; 1024 * 1024]).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (status, body) = conn
+        .post_streaming(webhooks::VALIDATE_POD, rx)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(String::from_utf8_lossy(&body).contains("--max-request-bytes"));
+    sender.await.unwrap();
+    // The connection still serves.
+    assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
+    server.stop().await;
+}
+
+/// Many large uploads at once: the bytes held stay within --max-inflight-request-bytes (the rest
+/// get a fast 503), a connection carries at most --max-streams-per-connection requests, /healthz
+/// answers throughout, and every byte of the budget comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_bursts_are_bounded_and_health_still_answers() {
+    let server =
+        TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
+    let body = {
+        let mut review: Value =
+            serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "big")).unwrap();
+        review["request"]["object"]["metadata"]["annotations"] =
+            json!({"filler": "x".repeat(6 * 1024 * 1024)});
+        serde_json::to_vec(&review).unwrap()
+    };
+    // 60 uploads of 6 MiB over 15 connections (4 streams each).
+    let mut uploads = tokio::task::JoinSet::new();
+    for _ in 0..15 {
+        let conn = connect(server.addr, Proto::Http2).await.unwrap();
+        for _ in 0..4 {
+            let mut stream = conn.h2_stream();
+            let body = body.clone();
+            uploads.spawn(async move {
+                stream
+                    .send("POST", webhooks::VALIDATE_POD, body)
+                    .await
+                    .map(|(s, _)| s)
+            });
+        }
+    }
+    let mut health = connect(server.addr, Proto::Http1).await.unwrap();
+    assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
+    let (mut ok, mut busy) = (0, 0);
+    while let Some(done) = uploads.join_next().await {
+        match done.unwrap().expect("every upload gets an answer") {
+            StatusCode::OK => ok += 1,
+            StatusCode::SERVICE_UNAVAILABLE => busy += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    eprintln!("60 uploads of 6 MiB: {ok} answered, {busy} refused with 503");
+    assert_eq!(ok + busy, 60);
+    assert!(ok > 0, "some uploads fit the budget");
+    assert!(busy > 0, "60 x 6 MiB cannot all be held within 32 MiB");
+    assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
+
+    // Five concurrent stalled requests on one connection: the fifth is refused at once.
+    let conn = connect(server.addr, Proto::Http2).await.unwrap();
+    let mut senders = Vec::new();
+    let mut stalled = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(b"{".to_vec()).await.unwrap();
+        senders.push(tx);
+        let mut stream = conn.h2_stream();
+        stalled.spawn(async move { stream.post_streaming(webhooks::VALIDATE_POD, rx).await });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = conn
+        .h2_stream()
+        .post(webhooks::VALIDATE_POD, b"{}".to_vec())
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    while let Some(done) = stalled.join_next().await {
+        assert_eq!(done.unwrap().unwrap().0, StatusCode::REQUEST_TIMEOUT);
+    }
+    drop(senders);
+    server.stop().await;
+}
+
+/// A pod whose labels fill about `mib` MiB (short keys and values: the most map entries per byte,
+/// the largest decoded size per byte), as an AdmissionReview to /mutate-pod.
+fn label_pod_review(mib: f64) -> Vec<u8> {
+    let pairs = (mib * 1024.0 * 1024.0 / 24.0) as usize;
+    let labels: serde_json::Map<String, Value> = (0..pairs)
+        .map(|i| (format!("k{i:07}"), json!(format!("v{i:07}"))))
+        .collect();
+    let mut review: Value =
+        serde_json::from_slice(&harmless_review(webhooks::MUTATE_POD, "big")).unwrap();
+    review["request"]["object"]["metadata"]["labels"] = Value::Object(labels);
+    serde_json::to_vec(&review).unwrap()
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        / 1024.0
+}
+
+/// The worst mix a caller can send at once, against `serve` with the chart's memory limit: pods
+/// of labels (decoded, they take 17 times their bytes through /mutate-pod) of 3 MiB, what the API
+/// server can send, and of 7.5 MiB, under the body limit. The decode budget, derived from the
+/// limit, keeps the process under it: each review is answered or refused (503 when the budget
+/// stayed taken until its deadline, 413 when it could never fit), none is lost to an OOM kill.
+/// Before, two 7.5 MiB reviews at once peaked at 266 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
+    const LIMIT_MIB: u64 = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let pair = support::new_pair("memory");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, &pair.cert_pem).unwrap();
+    std::fs::write(&key, &pair.key_pem).unwrap();
+    let port = support::free_port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let server = support::serve_files(
+        port,
+        &fixture("state/quota-tree.yaml"),
+        (&cert, &key),
+        &["--memory-limit", &(LIMIT_MIB << 20).to_string()],
+    );
+    let mut up = false;
+    for _ in 0..100 {
+        if connect(addr, Proto::Http1).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(up, "serve did not start");
+
+    let (medium, large) = (label_pod_review(3.0), label_pod_review(7.5));
+    let mut reviews = tokio::task::JoinSet::new();
+    for body in std::iter::repeat_n(medium, 6).chain(std::iter::repeat_n(large, 4)) {
+        reviews.spawn(async move {
+            let mut conn = connect(addr, Proto::Http1).await.unwrap();
+            conn.post(&format!("{}?timeout=10s", webhooks::MUTATE_POD), body)
+                .await
+                .0
+        });
+    }
+    let mut answered = std::collections::BTreeMap::new();
+    while let Some(status) = reviews.join_next().await {
+        *answered.entry(status.unwrap().as_u16()).or_insert(0) += 1;
+    }
+    let peak = peak_rss_mib(server.0.id());
+    eprintln!("10 label pods at once: {answered:?}, peak {peak:.1} MiB of {LIMIT_MIB} MiB");
+    assert!(
+        answered.keys().all(|s| [200, 413, 503].contains(s)),
+        "every review answered or refused: {answered:?}"
+    );
+    assert!(answered.get(&200).is_some_and(|n| *n >= 1), "{answered:?}");
+    assert!(
+        peak < LIMIT_MIB as f64,
+        "peak {peak:.1} MiB is over the limit of {LIMIT_MIB} MiB"
+    );
+}
+
+/// One client address holds at most --max-connections-per-address connections on the admission
+/// port (8 on the operations port): the next is answered 503 and closed, and a slot comes back
+/// when one of its connections closes. Before, one caller could hold every connection.
+#[tokio::test]
+async fn one_address_cannot_hold_every_connection() {
+    let limits = koord_webhook::server::Limits {
+        max_connections_per_address: 3,
+        ..Default::default()
+    };
+    let server = TestServer::start_with(Cache::empty(), FeatureGates::default(), limits).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+        assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
+        held.push(conn);
+    }
+    // Over the cap: closed at once (or, had a request already arrived, answered 503).
+    for proto in [Proto::Http1, Proto::Http2] {
+        if let Ok(mut over) = connect(server.addr, proto).await {
+            match over.send("GET", "/healthz", Vec::new()).await {
+                Ok((status, body)) => {
+                    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{proto:?}");
+                    let body = String::from_utf8_lossy(&body);
+                    assert!(body.contains("--max-connections-per-address"), "{body}");
+                }
+                Err(closed) => eprintln!("{proto:?} over the cap: {closed}"),
+            }
+        }
+    }
+    // The held connections still serve; one closed, a new one is served.
+    assert_eq!(held[0].get("/healthz").await.0, StatusCode::OK);
+    held.pop();
+    let mut served = false;
+    for _ in 0..50 {
+        let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+        if conn.get("/healthz").await.0 == StatusCode::OK {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "a closed connection gives its slot back");
+
+    // The operations port: eight per address. 64 idle connections from one address (the whole
+    // port, once) no longer starve it: all but eight are closed at once, and /metrics answers.
+    let mut idle = Vec::new();
+    for _ in 0..64 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+        idle.push(socket.connect(server.ops_addr).await.unwrap());
+    }
+    let mut closed = 0;
+    for stream in &mut idle {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut byte)).await;
+        if matches!(read, Ok(Ok(0) | Err(_))) {
+            closed += 1;
+        }
+    }
+    eprintln!("{closed} of 64 idle connections closed within 2 s");
+    assert!(
+        closed >= 56,
+        "only {closed} of 64 idle connections were closed"
+    );
+    let mut conn = connect_plain(server.ops_addr).await.unwrap();
+    assert_eq!(conn.get("/metrics").await.0, StatusCode::OK);
+    server.stop().await;
+}
+
+/// An slo-controller ConfigMap whose overlap check is within the limit but not cheap (6 strategies of
+/// 200 virtual nodes, selectors of 153 expressions, none overlapping: 2.4 million label
+/// comparisons): allowed, after real work.
+fn costly_slo_config_review() -> Vec<u8> {
+    let strategies: Vec<Value> = (0..6)
+        .map(|s| {
+            let mut exprs: Vec<Value> = (0..150)
+                .map(|k| json!({"key": format!("k{k}"), "operator": "In", "values": ["a"]}))
+                .collect();
+            let values = |n: usize| (0..n).map(|v| format!("v{v}")).collect::<Vec<_>>();
+            exprs.push(json!({"key": "eight", "operator": "In", "values": values(8)}));
+            exprs.push(json!({"key": "many", "operator": "In", "values": values(25)}));
+            exprs.push(json!({"key": "id", "operator": "In", "values": [format!("s{s}")]}));
+            json!({"name": format!("s{s}"), "nodeSelector": {"matchExpressions": exprs}})
+        })
+        .collect();
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
+        "data": {"resource-threshold-config": json!({"nodeStrategies": strategies}).to_string()}});
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "costly",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "namespace": "koordinator-system", "name": "slo-controller-config",
+            "operation": "CREATE", "userInfo": {"username": "u"}, "object": object
+        }
+    }))
+    .unwrap()
+}
+
+/// The slo-controller ConfigMap's checks run on the blocking pool: with a single HTTP worker,
+/// `/healthz` is answered while a costly check is still running (it once waited for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_costly_check_does_not_stall_the_worker() {
+    let limits = koord_webhook::server::Limits {
+        workers: 1,
+        ..Default::default()
+    };
+    let server = TestServer::start_with(Cache::empty(), FeatureGates::default(), limits).await;
+    let started = std::time::Instant::now();
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+    let check = tokio::spawn(async move {
+        let (status, body) = conn
+            .post(webhooks::VALIDATE_CONFIGMAP, costly_slo_config_review())
+            .await;
+        (status, body, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut health = connect(server.addr, Proto::Http1).await.unwrap();
+    assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
+    let health_answered = started.elapsed();
+    let (status, body, check_answered) = check.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        response_of(&body)["allowed"],
+        true,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    eprintln!("costly check answered after {check_answered:?}, /healthz after {health_answered:?}");
+    assert!(
+        health_answered < check_answered,
+        "/healthz waited for the check ({health_answered:?} vs {check_answered:?})"
+    );
+
+    // Within the API server's ?timeout=: the answer (a 504 denial: the entry fails closed) comes
+    // when the chain's budget runs out, not when the check ends.
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+    let (status, body) = conn
+        .post(
+            &format!("{}?timeout=200ms", webhooks::VALIDATE_CONFIGMAP),
+            costly_slo_config_review(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let response = response_of(&body);
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 504, "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within"),
+        "{response}"
+    );
+    server.stop().await;
+}
