@@ -45,6 +45,11 @@ impl IndexedPod {
     }
 }
 
+/// What charges are interned by: their canonical JSON text.
+fn charge_key(charge: &Resources) -> String {
+    serde_json::to_string(&charge.to_quantities()).unwrap_or_default()
+}
+
 #[derive(Clone, Debug, PartialEq)]
 struct Entry {
     quota: Option<Arc<str>>,
@@ -77,9 +82,8 @@ impl Pods {
                 }
             });
         let charged = pod.charged.as_ref().map(|charge| {
-            let text = serde_json::to_string(&charge.to_quantities()).unwrap_or_default();
             self.charges
-                .entry(text)
+                .entry(charge_key(charge))
                 .or_insert_with(|| Arc::new(charge.clone()))
                 .clone()
         });
@@ -146,14 +150,7 @@ impl PodIndex {
                         .collect();
                     pods.quota_names = named;
                     let charges = pods.by_key.values().filter_map(|e| e.charged.clone());
-                    let charges = charges
-                        .map(|c| {
-                            (
-                                serde_json::to_string(&c.to_quantities()).unwrap_or_default(),
-                                c,
-                            )
-                        })
-                        .collect();
+                    let charges = charges.map(|c| (charge_key(&c), c)).collect();
                     pods.charges = charges;
                 }
                 drop(pods);

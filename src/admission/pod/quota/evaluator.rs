@@ -6,7 +6,7 @@
 //! burst costs a few writes and can never admit more than the limit allows.
 
 use crate::apis::meta::annotation;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -66,7 +66,8 @@ pub struct ChildRequests {
     name: String,
     used: Resources,
     limit: Resources,
-    names: BTreeSet<String>,
+    /// Its max: the resources it counts.
+    max: Resources,
 }
 
 impl ChildRequests {
@@ -87,15 +88,13 @@ impl ChildRequests {
             name: quota.metadata.name.clone().unwrap_or_default(),
             used,
             limit,
-            names: max.keys().cloned().collect(),
+            max,
         })
     }
 
     /// Whether the quota limits anything a pod consumes.
     pub fn limits_pods(&self) -> bool {
-        self.names
-            .iter()
-            .any(|n| POD_RESOURCES.contains(&n.as_str()))
+        Self::limits_pods_of(&self.max)
     }
 
     /// Whether a quota whose max is `max` limits anything a pod consumes.
@@ -105,12 +104,7 @@ impl ChildRequests {
 
     /// The part of a pod's requests this quota counts: its max keys, non-zero values.
     pub fn usage_of(&self, requests: &Resources) -> Resources {
-        requests
-            .0
-            .iter()
-            .filter(|(k, q)| self.names.contains(*k) && !q.is_zero())
-            .map(|(k, q)| (k.clone(), *q))
-            .collect()
+        Self::usage_within(&self.max, requests)
     }
 
     /// [`Self::usage_of`] for a quota whose max is `max`.
