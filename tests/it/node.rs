@@ -794,33 +794,8 @@ async fn installed_from_the_manifests_on_a_real_node() {
 /// Koordinator's marks and one a ClusterColocationProfile selects fail (failurePolicy Fail). Then
 /// the replicas come back and admission works again.
 async fn outage_blocks_only_koordinator_pods(node: &Node, client: &kube::Client) {
-    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let started = std::time::Instant::now();
-    eventually(
-        Duration::from_secs(300),
-        "the leader to narrow both pod entries (--narrow-hold after the last roll)",
-        || async {
-            let narrowed = |entries: Vec<(String, usize)>, name: &str| {
-                entries.iter().any(|(n, c)| n == name && *c > 0)
-            };
-            let count = |w: Option<Vec<(String, usize)>>| w.unwrap_or_default();
-            let mutating = m.get(MUTATING).await.ok()?.webhooks.map(|w| {
-                w.into_iter()
-                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
-                    .collect()
-            });
-            let validating = v.get(VALIDATING).await.ok()?.webhooks.map(|w| {
-                w.into_iter()
-                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
-                    .collect()
-            });
-            (narrowed(count(mutating), "mpod-create.koordinator.sh")
-                && narrowed(count(validating), "vpod.koordinator.sh"))
-            .then_some(())
-        },
-    )
-    .await;
+    pod_entries_narrowed(client).await;
     eprintln!(
         "pod entries narrowed {:?} after the phase began",
         started.elapsed()
@@ -885,6 +860,39 @@ async fn outage_blocks_only_koordinator_pods(node: &Node, client: &kube::Client)
         .to_string();
     assert!(err.contains("failed calling webhook"), "{err}");
     eprintln!("outage: a plain pod created in {plain_took:?}; Koordinator pods refused: {err}");
+    // Node updates are never held by an outage: both node entries are `Ignore` (as Koordinator's),
+    // and a plain node's update is not even sent.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for annotation in [
+        "example.com/outage",
+        "node.koordinator.sh/resource-amplification-ratio",
+    ] {
+        let value = if annotation.starts_with("node.") {
+            r#"{"cpu":1.5}"#
+        } else {
+            "yes"
+        };
+        nodes
+            .patch(
+                NODE_NAME,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"annotations": {annotation: value}}})),
+            )
+            .await
+            .unwrap_or_else(|e| {
+                panic!("the node annotated {annotation} while no replica runs: {e}")
+            });
+    }
+    nodes
+        .patch(
+            NODE_NAME,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "example.com/outage": null,
+                "node.koordinator.sh/resource-amplification-ratio": null}}})),
+        )
+        .await
+        .expect("the annotations removed while no replica runs");
     let args = scale("2");
     node.kubectl_ok(&args.iter().map(String::as_str).collect::<Vec<_>>(), None)
         .await;
@@ -897,6 +905,93 @@ async fn outage_blocks_only_koordinator_pods(node: &Node, client: &kube::Client)
     )
     .await;
     colocation_and_qos_rules_apply(client, Duration::from_secs(30)).await;
+    pod_entries_narrowed(client).await;
+    widening_misses_no_pod(client).await;
+}
+
+/// Waits until the leader has written conditions on both pod entries.
+async fn pod_entries_narrowed(client: &kube::Client) {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(300),
+        "the leader to narrow both pod entries (--narrow-hold after the last roll)",
+        || async {
+            let narrowed = |entries: Vec<(String, usize)>, name: &str| {
+                entries.iter().any(|(n, c)| n == name && *c > 0)
+            };
+            let count = |w: Option<Vec<(String, usize)>>| w.unwrap_or_default();
+            let mutating = m.get(MUTATING).await.ok()?.webhooks.map(|w| {
+                w.into_iter()
+                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
+                    .collect()
+            });
+            let validating = v.get(VALIDATING).await.ok()?.webhooks.map(|w| {
+                w.into_iter()
+                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
+                    .collect()
+            });
+            (narrowed(count(mutating), "mpod-create.koordinator.sh")
+                && narrowed(count(validating), "vpod.koordinator.sh"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// With the pod entries narrowed, new ClusterColocationProfiles each followed at once (no wait) by a
+/// pod only that profile selects: every such pod is mutated (the replica admitting the profile
+/// widens `mpod-create` before the profile is stored). Counted and asserted: 0 missed.
+async fn widening_misses_no_pod(client: &kube::Client) {
+    use koord_webhook::apis::ClusterColocationProfile;
+    const ROUNDS: usize = 5;
+    let profiles: Api<ClusterColocationProfile> = Api::all(client.clone());
+    let default: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut missed = Vec::new();
+    let started = std::time::Instant::now();
+    for round in 0..ROUNDS {
+        let app = format!("widen-{round}");
+        let profile: ClusterColocationProfile = serde_json::from_value(json!({
+            "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+            "metadata": {"name": app},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "labels": {"widened": app}}}))
+        .unwrap();
+        profiles
+            .create(&PostParams::default(), &profile)
+            .await
+            .unwrap_or_else(|e| panic!("profile {app} refused: {e}"));
+        let created = default
+            .create(
+                &dry_run,
+                &pod("default", &app, json!({"app": app}), json!({"cpu": "100m"})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("pod {app} refused: {e}"));
+        let labels = created.metadata.labels.unwrap_or_default();
+        if labels.get("widened") != Some(&app) {
+            missed.push((app.clone(), labels));
+        }
+    }
+    eprintln!(
+        "widening on the real node: {ROUNDS} profiles each followed at once by a pod it selects, \
+         {} missed, {:?} in all",
+        missed.len(),
+        started.elapsed()
+    );
+    assert!(
+        missed.is_empty(),
+        "pods created right after their profile were not mutated: {missed:?}"
+    );
+    for round in 0..ROUNDS {
+        profiles
+            .delete(&format!("widen-{round}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
 }
 
 /// `koord-webhook status --wait` as a script after an install runs it: exit 0 (healthy), with both
