@@ -53,6 +53,10 @@ type output struct {
 	Warnings []string        `json:"warnings"`
 	Patched  json.RawMessage `json:"patched"`
 	Error    string          `json:"error,omitempty"`
+	// Panic is what Koordinator's handler panicked with. Served, the panic would end the
+	// connection (controller-runtime re-panics, net/http drops it), so the API server reports a
+	// failed call.
+	Panic string `json:"panic,omitempty"`
 }
 
 // indexes records the field indexes Koordinator registers on its cache, to give them to the fake
@@ -143,7 +147,10 @@ func run(in io.Reader) (output, error) {
 	}
 
 	req := admission.Request{AdmissionRequest: *c.Review.Request}
-	resp := handler.Handle(context.Background(), req)
+	resp, panicked := handle(handler, req)
+	if panicked != "" {
+		return output{Panic: panicked}, nil
+	}
 	result := output{Allowed: resp.Allowed, Warnings: resp.Warnings}
 	if resp.Result != nil {
 		result.Code = resp.Result.Code
@@ -157,6 +164,16 @@ func run(in io.Reader) (output, error) {
 		result.Patched = patched
 	}
 	return result, nil
+}
+
+// handle answers the request, or returns what the handler panicked with.
+func handle(handler admission.Handler, req admission.Request) (resp admission.Response, panicked string) {
+	defer func() {
+		if r := recover(); r != nil {
+			panicked = fmt.Sprint(r)
+		}
+	}()
+	return handler.Handle(context.Background(), req), ""
 }
 
 func typedObject(raw map[string]interface{}) (client.Object, error) {

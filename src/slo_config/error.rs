@@ -48,7 +48,24 @@ struct Conflict<'a> {
 fn wrapped<M: Serialize>(reason: &str, message: M) -> String {
     let json = serde_json::to_string(&Wrapped { reason, message })
         .unwrap_or_else(|e| format!("{{\"reason\":\"{reason}\",\"message\":\"{e}\"}}"));
-    format!("___{json}___")
+    format!("___{}___", go_escaped(&json))
+}
+
+/// JSON as Go's `json.Marshal` writes it: `<`, `>`, `&`, U+2028 and U+2029 escaped (they only
+/// occur inside strings, so replacing them everywhere is exact).
+fn go_escaped(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl fmt::Display for ConfigError {
@@ -114,5 +131,9 @@ mod tests {
             r#"___{"reason":"ExistNodeConfict","message":{"config":"k","strategies":["a","b"],"exampleNodes":["n1"]}}___"#
         );
         assert_eq!(ConfigError::Plain("as is".into()).to_string(), "as is");
+        assert_eq!(
+            ConfigError::ConfigParamInvalid("&LabelSelector<a>".into()).to_string(),
+            r#"___{"reason":"ConfigParamInvalid","message":"\u0026LabelSelector\u003ca\u003e"}___"#
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! the node-strategy checks shared by /validate-configmap and /validate-node.
 
 pub mod error;
+pub mod go_json;
 pub mod network_qos;
 pub mod overlap;
 pub mod rules;
@@ -74,11 +75,13 @@ fn profiles_of<S>(cfg: &StrategyCfg<S>) -> Vec<&NodeCfgProfile> {
 impl Parsed {
     pub fn parse(key: ConfigKey, text: &str) -> Result<Self, serde_json::Error> {
         Ok(match key {
-            ConfigKey::Colocation => Parsed::Colocation(serde_json::from_str(text)?),
-            ConfigKey::ResourceThreshold => Parsed::ResourceThreshold(serde_json::from_str(text)?),
-            ConfigKey::ResourceQos => Parsed::ResourceQos(serde_json::from_str(text)?),
-            ConfigKey::System => Parsed::System(serde_json::from_str(text)?),
-            ConfigKey::CpuBurst => Parsed::CpuBurst(serde_json::from_str(text)?),
+            ConfigKey::Colocation => Parsed::Colocation(go_json::from_str(text)?),
+            ConfigKey::ResourceThreshold => Parsed::ResourceThreshold(go_json::from_str(text)?),
+            ConfigKey::ResourceQos => Parsed::ResourceQos(go_json::from_str(text)?),
+            ConfigKey::System => Parsed::System(
+                go_json::from_str(text).map_err(|e| quantity_error(text).unwrap_or(e))?,
+            ),
+            ConfigKey::CpuBurst => Parsed::CpuBurst(go_json::from_str(text)?),
         })
     }
 
@@ -104,6 +107,20 @@ impl Parsed {
             Parsed::CpuBurst(c) => rules::check_key("CPUBurstCfg", "CPUBurstStrategy", c),
         }
     }
+}
+
+/// The error of a `totalNetworkBandwidth` of `system-config` that is not a quantity. Go reports a
+/// field's own decoding error (a `resource.Quantity`'s) at once, and a plain type mismatch only at
+/// the end, so the quantity's error is the one Koordinator shows when a config has both.
+fn quantity_error(text: &str) -> Option<serde_json::Error> {
+    let value: serde_json::Value = go_json::from_str(text).ok()?;
+    let nodes = value.get("nodeStrategies").and_then(|n| n.as_array());
+    let strategies = std::iter::once(value.get("clusterStrategy"))
+        .chain(nodes.into_iter().flatten().map(Some))
+        .flatten();
+    strategies
+        .filter_map(|s| s.get("totalNetworkBandwidth"))
+        .find_map(|q| serde_json::from_value::<GoQuantity>(q.clone()).err())
 }
 
 /// What a key's check needs besides its text.
@@ -137,12 +154,13 @@ pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parse
                 profile.name
             )));
         };
-        selectors::validate(selector).map_err(|e| {
-            ConfigError::ConfigParamInvalid(format!(
-                "nodeConfigs NodeSelector convert to selector error! configType: {config},nodeConfig name:{}, err: {e}",
+        if let Some(e) = selectors::kubernetes::as_selector_error(selector) {
+            return Err(ConfigError::ConfigParamInvalid(format!(
+                "failed to parse node selector {},configType: {config},nodeConfig name:{}, err: {e}",
+                selectors::kubernetes::go_string(selector),
                 profile.name
-            ))
-        })?;
+            )));
+        }
     }
     let violations = parsed.violations();
     if !violations.errors.is_empty() {

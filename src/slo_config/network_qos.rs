@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::types::{NetworkQos, ResourceQosCfg, ResourceQosStrategy, SystemCfg};
+use super::types::{GoQuantity, NetworkQos, ResourceQosCfg, ResourceQosStrategy, SystemCfg};
 use crate::resources::Qty;
 
 /// Where a strategy sits, for the messages.
@@ -39,9 +39,8 @@ pub fn check(cfg: &ResourceQosCfg, system: Option<&SystemCfg>) -> Result<(), Str
 }
 
 /// A usable, non-zero total.
-fn total(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<Qty> {
-    q.and_then(|q| Qty::try_from(q).ok())
-        .filter(|q| !q.is_zero())
+fn total(q: Option<&GoQuantity>) -> Option<Qty> {
+    q.map(|q| q.0).filter(|q| !q.is_zero())
 }
 
 fn classes(strategy: &ResourceQosStrategy) -> [(&'static str, Option<&NetworkQos>); 3] {

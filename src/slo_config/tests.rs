@@ -317,10 +317,17 @@ fn node_strategies_need_selectors_names_and_no_overlap() {
         K,
         json!({"nodeStrategies": [{"name": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}]}),
     );
+    assert_eq!(
+        e,
+        r#"___{"reason":"ConfigParamInvalid","message":"failed to parse node selector \u0026LabelSelector{MatchLabels:map[string]string{},MatchExpressions:[]LabelSelectorRequirement{LabelSelectorRequirement{Key:k,Operator:In,Values:[],},},},configType: cpu-burst-config,nodeConfig name:a, err: values: Invalid value: null: for 'in', 'notin' operators, values set can't be empty"}___"#
+    );
+    // Keys are read as Go reads them: in any letter case.
+    let e = err(
+        K,
+        json!({"NODESTRATEGIES": [{"Name": "a", "nodeselector": {}}]}),
+    );
     assert!(
-        e.contains(
-            "NodeSelector convert to selector error! configType: cpu-burst-config,nodeConfig name:a"
-        ),
+        e.contains("must not empty error! configType: cpu-burst-config,nodeConfig name:a"),
         "{e}"
     );
 
@@ -389,4 +396,21 @@ fn lenient_parsing_skips_what_does_not_parse() {
     let parsed = parse_leniently(&data);
     assert_eq!(parsed.len(), 1);
     assert_eq!(parsed[0].0, ConfigKey::CpuBurst);
+}
+
+#[test]
+fn a_bad_quantity_is_reported_before_a_type_mismatch_as_go_does() {
+    let e = err(
+        ConfigKey::System,
+        json!({"clusterStrategy": {"minFreeKbytesFactor": "7", "TotalNetworkBandwidth": ""}}),
+    );
+    assert!(
+        e.contains("err: quantities must match the regular expression"),
+        "{e}"
+    );
+    // A bare number is a quantity to Go; null is zero.
+    for total in [json!(-5), json!(null), json!(" 1Gi ")] {
+        let text = json!({"clusterStrategy": {"totalNetworkBandwidth": total}}).to_string();
+        assert!(Parsed::parse(ConfigKey::System, &text).is_ok(), "{text}");
+    }
 }

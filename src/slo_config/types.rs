@@ -1,10 +1,11 @@
 //! The slo-controller-config data keys as Rust types: the fields the webhook validates, plus the node
 //! strategy profile (name and selector). Unknown fields are ignored, as Go's decoder does.
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
+
+use crate::resources::Qty;
 
 /// Name and selector of one node strategy.
 #[derive(Deserialize, Debug, Clone, Default, PartialEq)]
@@ -205,5 +206,25 @@ pub struct SystemStrategy {
     #[serde(rename = "memcgReapBackGround")]
     pub memcg_reap_back_ground: Option<i64>,
     pub page_cache_limit_enabled: Option<i64>,
-    pub total_network_bandwidth: Option<Quantity>,
+    pub total_network_bandwidth: Option<GoQuantity>,
+}
+
+/// A `resource.Quantity` as Go decodes one from JSON: a string (spaces trimmed) or the raw JSON of any
+/// other value, in Kubernetes' quantity syntax; `null` is zero. Anything else refuses the whole
+/// config, in Kubernetes' words.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GoQuantity(pub Qty);
+
+impl<'de> Deserialize<'de> for GoQuantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Go hands the value's raw JSON to `UnmarshalJSON`, which unquotes a string.
+        let text = match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Null => return Ok(Self::default()),
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        text.parse::<Qty>()
+            .map(Self)
+            .map_err(serde::de::Error::custom)
+    }
 }

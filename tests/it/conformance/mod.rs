@@ -188,6 +188,16 @@ fn theirs(harness: &str, case: &Case) -> Result<Answer, String> {
     if let Some(e) = answer["error"].as_str() {
         return Err(e.to_owned());
     }
+    if let Some(panic) = answer["panic"].as_str() {
+        // Served, the panic ends the connection: the API server reports the call failed, which
+        // under the entry's `Fail` policy refuses the request.
+        return Ok(Answer {
+            allowed: false,
+            code: 0,
+            message: format!("{PANICKED}{panic}"),
+            patched: Value::Null,
+        });
+    }
     Ok(Answer {
         allowed: answer["allowed"].as_bool().unwrap_or(false),
         code: answer["code"].as_i64().unwrap_or(0),
@@ -216,9 +226,26 @@ fn agree(ours: &Answer, theirs: &Answer) -> bool {
     ours.allowed == theirs.allowed
         && ours.patched == theirs.patched
         && (ours.allowed || ours.code == theirs.code)
-        && (ours.message == theirs.message
-            || without_parser_words(&ours.message)
-                .is_some_and(|h| Some(h) == without_parser_words(&theirs.message)))
+        && same_message(&ours.message, &theirs.message)
+}
+
+/// Equal, or equal up to the JSON parser's words; an SLO config rejection
+/// (`___{"reason":R,"message":M}___`) by its reason and its message read the same way.
+fn same_message(ours: &str, theirs: &str) -> bool {
+    let wrapped = |m: &str| {
+        m.strip_prefix("___")
+            .and_then(|m| m.strip_suffix("___"))
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+    };
+    if let (Some(a), Some(b)) = (wrapped(ours), wrapped(theirs)) {
+        return a["reason"] == b["reason"]
+            && match (a["message"].as_str(), b["message"].as_str()) {
+                (Some(a), Some(b)) => same_message(a, b),
+                _ => a["message"] == b["message"],
+            };
+    }
+    ours == theirs
+        || without_parser_words(ours).is_some_and(|h| Some(h) == without_parser_words(theirs))
 }
 
 /// A message with the JSON parser's own words cut off its end (Go's there, serde's here), or
@@ -242,9 +269,13 @@ fn without_parser_words(message: &str) -> Option<&str> {
                 .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
         })
     };
+    // Decoding from an already-read value (keys folded as Go folds them) gives serde's words
+    // without a position.
+    const SERDE_VALUE: [&str; 2] = ["invalid type: ", "invalid value: "];
     let parser = |tail: &str| {
         GO.iter().any(|g| tail.starts_with(g))
             || (SERDE.iter().any(|p| tail.starts_with(p)) && serde_position(tail))
+            || SERDE_VALUE.iter().any(|p| tail.starts_with(p))
     };
     if parser(message) {
         return Some("");
@@ -256,8 +287,16 @@ fn without_parser_words(message: &str) -> Option<&str> {
         .map(|at| &message[..at])
 }
 
+/// How a Koordinator answer that is a panic starts.
+const PANICKED: &str = "Koordinator panicked: ";
+
 /// A difference docs/admission.md ("Agreement with Koordinator") keeps on purpose.
 fn deliberate(ours: &Answer, theirs: &Answer) -> bool {
+    // Where Koordinator panics (a config key that is JSON `null`), the call fails and the
+    // request is refused; ours refuses it with a message.
+    if theirs.message.starts_with(PANICKED) {
+        return !ours.allowed;
+    }
     // A quota may not be its own parent or its descendant's child: Koordinator lets such an
     // update through and its tree then loops.
     !ours.allowed && theirs.allowed && ours.message.ends_with("would make the quota tree a cycle")

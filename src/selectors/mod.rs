@@ -1,6 +1,8 @@
 //! Kubernetes label selectors (`matchLabels` + `matchExpressions`): checking one is well formed and
 //! matching a label set against it, as `metav1.LabelSelectorAsSelector` and `Matches` do.
 
+pub mod kubernetes;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
