@@ -45,3 +45,8 @@ control-plane *ARGS:
 bench:
     bench/run
     cargo bench
+
+# The differential harness against Koordinator v1.8.0's own handlers: N random cases per endpoint
+# (default 1000), the report in conformance/REPORT.md. CONFORMANCE_SEED=S replays a run.
+conformance N="1000":
+    CONFORMANCE_CASES={{N}} CONFORMANCE_REPORT={{justfile_directory()}}/conformance/REPORT.md cargo test --test it -- --exact conformance::random_reviews_answer_as_koordinator_does --nocapture

@@ -166,6 +166,7 @@ pub struct StatusArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "UPPER")]
 pub enum ReviewOperation {
     Create,
     Update,
@@ -358,8 +359,8 @@ pub struct ReviewArgs {
     /// The object before the change (UPDATE, DELETE).
     #[arg(long)]
     pub old_object: Option<String>,
-    /// The operation of the built review.
-    #[arg(long, value_enum, default_value = "create")]
+    /// The operation of the built review (`CREATE` as AdmissionReviews write it, or `create`).
+    #[arg(long, value_enum, ignore_case = true, default_value = "CREATE")]
     pub operation: ReviewOperation,
     /// Who asks, in the built review.
     #[arg(long, default_value = "koord-webhook-review")]

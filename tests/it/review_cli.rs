@@ -300,6 +300,28 @@ fn an_object_file_gets_its_review_built_and_exit_code_reports_the_denial() {
         true
     );
 
+    // The operation as AdmissionReviews and the Kubernetes docs write it, or in lower case.
+    for operation in ["CREATE", "create", "Create"] {
+        let out = review_object(&file, &["--operation", operation]);
+        assert_eq!(out.status.code(), Some(0), "--operation {operation}");
+        assert_eq!(response(&out)["allowed"], false, "--operation {operation}");
+    }
+    let delete = review_object(
+        &file,
+        &[
+            "--operation",
+            "DELETE",
+            "--old-object",
+            &file.display().to_string(),
+        ],
+    );
+    assert_eq!(
+        delete.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&delete.stderr)
+    );
+
     // An object without kind, and --request with --object, are unusable input: exit 2, one line.
     std::fs::write(&plain, "metadata: {name: x}\n").unwrap();
     let kindless = review_object(&plain, &[]);
