@@ -25,6 +25,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
@@ -37,6 +38,7 @@ import (
 	utilfeature "github.com/koordinator-sh/koordinator/pkg/util/feature"
 	"github.com/koordinator-sh/koordinator/pkg/util/fieldindex"
 	"github.com/koordinator-sh/koordinator/pkg/webhook"
+	"github.com/koordinator-sh/koordinator/pkg/webhook/elasticquota"
 )
 
 type input struct {
@@ -72,6 +74,10 @@ type index struct {
 	fn    client.IndexerFunc
 }
 
+// recorded holds Koordinator's field indexes, registered once per process (Koordinator registers
+// them only once).
+var recorded *indexes
+
 func (i *indexes) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
 	i.fields = append(i.fields, index{obj, field, fn})
 	return nil
@@ -89,24 +95,67 @@ func (m *fakeManager) GetScheme() *runtime.Scheme  { return options.Scheme }
 func (m *fakeManager) GetCache() cache.Cache       { return m.cache }
 func (m *fakeManager) GetAPIReader() client.Reader { return m.client }
 
+// With --lines, cases come one JSON object after another on stdin and each answer is one line on
+// stdout, all in this process: what Koordinator keeps process-wide (feature gates, the quota
+// topology) is put back before each case.
 func main() {
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
-	out, err := run(os.Stdin)
-	if err != nil {
-		out = output{Error: err.Error()}
+	decoder := json.NewDecoder(os.Stdin)
+	encoder := json.NewEncoder(os.Stdout)
+	lines := len(os.Args) > 1 && os.Args[1] == "--lines"
+	touched := map[string]bool{}
+	for {
+		var c input
+		err := decoder.Decode(&c)
+		if err == io.EOF && lines {
+			return
+		}
+		if err != nil {
+			// The stream cannot be read further.
+			_ = encoder.Encode(output{Error: fmt.Sprintf("input: %v", err)})
+			return
+		}
+		out, err := run(c, touched)
+		if err != nil {
+			out = output{Error: err.Error()}
+		}
+		_ = encoder.Encode(out)
+		if !lines {
+			return
+		}
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(out)
 }
 
-func run(in io.Reader) (output, error) {
-	var c input
-	if err := json.NewDecoder(in).Decode(&c); err != nil {
-		return output{}, fmt.Errorf("input: %w", err)
+// reset puts back the gates earlier cases set and drops the quota topology and informer
+// Koordinator's quota plugin keeps in a package variable (the next handler builds both anew over
+// the new client and informers).
+func reset(touched map[string]bool) error {
+	defaults := utilfeature.DefaultMutableFeatureGate.GetAll()
+	var gates []string
+	for name := range touched {
+		gates = append(gates, fmt.Sprintf("%s=%t", name, defaults[featuregate.Feature(name)].Default))
+	}
+	sort.Strings(gates)
+	if len(gates) > 0 {
+		if err := utilfeature.DefaultMutableFeatureGate.Set(strings.Join(gates, ",")); err != nil {
+			return fmt.Errorf("gates reset: %w", err)
+		}
+	}
+	quotas := elasticquota.NewPlugin(nil, nil)
+	quotas.QuotaTopo = nil
+	quotas.QuotaInformer = nil
+	return nil
+}
+
+func run(c input, touched map[string]bool) (output, error) {
+	if err := reset(touched); err != nil {
+		return output{}, err
 	}
 	gates := make([]string, 0, len(c.Gates))
 	for name, on := range c.Gates {
 		gates = append(gates, fmt.Sprintf("%s=%t", name, on))
+		touched[name] = true
 	}
 	sort.Strings(gates)
 	if len(gates) > 0 {
@@ -124,9 +173,11 @@ func run(in io.Reader) (output, error) {
 		}
 		objects = append(objects, typed)
 	}
-	recorded := &indexes{}
-	if err := fieldindex.RegisterFieldIndexes(recorded); err != nil {
-		return output{}, fmt.Errorf("field indexes: %w", err)
+	if recorded == nil {
+		recorded = &indexes{}
+		if err := fieldindex.RegisterFieldIndexes(recorded); err != nil {
+			return output{}, fmt.Errorf("field indexes: %w", err)
+		}
 	}
 	builder := fake.NewClientBuilder().WithScheme(options.Scheme).WithObjects(objects...)
 	for _, i := range recorded.fields {

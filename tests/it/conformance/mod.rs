@@ -163,28 +163,70 @@ fn ours(case: &Case) -> Answer {
     }
 }
 
-fn theirs(harness: &str, case: &Case) -> Result<Answer, String> {
+/// One `koordinator-review --lines` process: cases in, one answer line each out. Started again
+/// after it dies (a panic outside the handler, say), which that case reports.
+struct Koordinator {
+    harness: String,
+    child: Option<(
+        std::process::Child,
+        std::io::BufReader<std::process::ChildStdout>,
+    )>,
+}
+
+impl Koordinator {
+    fn new(harness: &str) -> Self {
+        Self {
+            harness: harness.to_owned(),
+            child: None,
+        }
+    }
+
+    fn answer(&mut self, input: &Value) -> Result<String, String> {
+        use std::io::BufRead;
+        if self.child.is_none() {
+            let mut child = Command::new(&self.harness)
+                .arg("--lines")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+            self.child = Some((child, stdout));
+        }
+        let (child, stdout) = self.child.as_mut().unwrap();
+        let mut line = String::new();
+        let sent = child
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(&serde_json::to_vec(input).unwrap());
+        let read = sent.and_then(|()| stdout.read_line(&mut line));
+        match read {
+            Ok(n) if n > 0 => Ok(line),
+            outcome => {
+                let (mut child, _) = self.child.take().unwrap();
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(format!("koordinator-review stopped: {outcome:?}"))
+            }
+        }
+    }
+}
+
+impl Drop for Koordinator {
+    fn drop(&mut self) {
+        if let Some((mut child, _)) = self.child.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+}
+
+fn theirs(koordinator: &mut Koordinator, case: &Case) -> Result<Answer, String> {
     let input = json!({"path": case.path, "gates": case.gates, "objects": case.objects, "review": case.review});
-    let mut child = Command::new(harness)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&serde_json::to_vec(&input).unwrap())
-        .unwrap();
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let answer: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
-        format!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
+    let line = koordinator.answer(&input)?;
+    let answer: Value = serde_json::from_str(&line).map_err(|e| format!("{e}: {line}"))?;
     if let Some(e) = answer["error"].as_str() {
         return Err(e.to_owned());
     }
@@ -334,14 +376,19 @@ const GENERATORS: [(&str, Generator); 5] = [
 ];
 
 /// One case through both sides, classified.
-fn compare(harness: &str, name: &str, case_seed: u64, generate: Generator) -> Result<bool, String> {
+fn compare(
+    koordinator: &mut Koordinator,
+    name: &str,
+    case_seed: u64,
+    generate: Generator,
+) -> Result<bool, String> {
     let case = generate(&mut Rng(case_seed));
     let a = ours(&case);
     // Koordinator iterates maps in random order, so its own answer can vary: a few runs.
-    let mut b = theirs(harness, &case);
+    let mut b = theirs(koordinator, &case);
     for _ in 0..4 {
         if b.as_ref().is_ok_and(|b| !agree(&a, b)) {
-            b = theirs(harness, &case);
+            b = theirs(koordinator, &case);
         }
     }
     match b {
@@ -355,8 +402,8 @@ fn compare(harness: &str, name: &str, case_seed: u64, generate: Generator) -> Re
     }
 }
 
-/// Runs `cases` seeded cases of each generator, on two threads (each case is one Koordinator
-/// process), and reports per endpoint.
+/// Runs `cases` seeded cases of each generator on two threads, each feeding one Koordinator process
+/// (`--lines`), and reports per endpoint.
 pub fn run(seed: u64, cases: usize) -> Vec<EndpointReport> {
     let harness = harness();
     GENERATORS
@@ -371,9 +418,10 @@ pub fn run(seed: u64, cases: usize) -> Vec<EndpointReport> {
                     .map(|chunk| {
                         let harness = &harness;
                         scope.spawn(move || {
+                            let mut koordinator = Koordinator::new(harness);
                             chunk
                                 .iter()
-                                .map(|&s| compare(harness, name, s, generate))
+                                .map(|&s| compare(&mut koordinator, name, s, generate))
                                 .collect::<Vec<_>>()
                         })
                     })
