@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod names;
 mod process_metrics;
 pub mod resources;
-pub(crate) mod selectors;
+pub mod selectors;
 pub mod server;
 pub mod slo_config;
 pub mod state;

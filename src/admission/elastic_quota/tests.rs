@@ -343,7 +343,7 @@ fn update_rules_and_messages() {
     );
     assert_eq!(
         update(parent, &parent_keys, &pods).unwrap_err(),
-        "failed to check sub and parent group quotaKey, err: checkSubAndParentGroupQuotaKey failed: parent's max keys are not the same with child-1's"
+        "failed to check sub and parent group quotaKey, err: checkSubAndParentGroupQuotaKey failed: child-1's max keys are not the same with parent's"
     );
     let retree = eq(
         "parent",
@@ -459,6 +459,31 @@ fn guarantee_usage_walks_up_the_tree() {
         spec("0", "8"),
     );
     assert!(check_create(&topology, &small, &gates, &Pods::default()).is_ok());
+    // A parent quota of a tree with no parent of its own (the root quota's child) and a min it has
+    // not been guaranteed: nothing above it can guarantee it (found by the conformance harness).
+    let top = eq(
+        "top",
+        json!({"is-parent": "true", "tree-id": "t1"}),
+        spec("1", "8"),
+    );
+    assert_eq!(
+        check_create(&QuotaTopology::default(), &top, &gates, &Pods::default()).unwrap_err(),
+        "tree root quota top can't guarantee for min top"
+    );
+    let marked_root = eq(
+        "top",
+        json!({"is-parent": "true", "is-root": "true", "tree-id": "t1"}),
+        spec("1", "8"),
+    );
+    assert!(
+        check_create(
+            &QuotaTopology::default(),
+            &marked_root,
+            &gates,
+            &Pods::default()
+        )
+        .is_ok()
+    );
 }
 
 #[test]

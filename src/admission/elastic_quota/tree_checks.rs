@@ -141,8 +141,21 @@ fn keys(r: &Resources) -> std::collections::BTreeSet<&str> {
     r.keys().map(String::as_str).collect()
 }
 
+/// Which side of the pair is the quota under review: Koordinator names the pair in another order
+/// in one message when it checks the quota against its children.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reviewed {
+    Child,
+    Parent,
+}
+
 /// Resource-key rules between a child and its parent.
-fn check_keys(child: &QuotaInfo, parent: &QuotaInfo, gates: &FeatureGates) -> Result<(), String> {
+fn check_keys(
+    child: &QuotaInfo,
+    parent: &QuotaInfo,
+    reviewed: Reviewed,
+    gates: &FeatureGates,
+) -> Result<(), String> {
     let fail = |what: String| {
         Err(format!(
             "{KEY_PREFIX}checkSubAndParentGroupQuotaKey failed: {what}"
@@ -157,9 +170,12 @@ fn check_keys(child: &QuotaInfo, parent: &QuotaInfo, gates: &FeatureGates) -> Re
             ));
         }
     } else if child_max != parent_max {
+        let (first, second) = match reviewed {
+            Reviewed::Child => (&parent.name, &child.name),
+            Reviewed::Parent => (&child.name, &parent.name),
+        };
         return fail(format!(
-            "{}'s max keys are not the same with {}'s",
-            parent.name, child.name
+            "{first}'s max keys are not the same with {second}'s"
         ));
     }
     if !keys(&child.min).is_subset(&keys(&parent.min)) {
@@ -260,13 +276,13 @@ fn check_tree(
 
     // 5. Resource keys against the parent and every child.
     if let Some(parent) = parent {
-        check_keys(info, parent, gates)?;
+        check_keys(info, parent, Reviewed::Child, gates)?;
     }
     for child_name in children.into_iter().flatten() {
         let child = topology.get(child_name).ok_or_else(|| {
             format!("{KEY_PREFIX}internal error: quotaInfoMap and quotaTree information out of sync, losed :{child_name}")
         })?;
-        check_keys(child, info, gates)?;
+        check_keys(child, info, Reviewed::Parent, gates)?;
     }
 
     // 6. Children's min fits in the parent's min.
@@ -344,7 +360,9 @@ fn creates_cycle(topology: &QuotaTopology, name: &str, parent: &str) -> bool {
     true
 }
 
-/// Walks up from the quota: each ancestor must be able to guarantee what its children need.
+/// Walks up from the quota: each ancestor must be able to guarantee what its children need. The
+/// root of the forest (the quota whose parent is the root quota) cannot guarantee anything more:
+/// reaching it is a refusal naming the quota below it, as Koordinator's walk does.
 fn check_guarantee(topology: &QuotaTopology, info: &QuotaInfo) -> Result<(), String> {
     let mut need = info.min.clone();
     need.max_with(&info.guaranteed);
@@ -352,8 +370,14 @@ fn check_guarantee(topology: &QuotaTopology, info: &QuotaInfo) -> Result<(), Str
     let mut parent_name = info.parent.clone();
     // The depth bound protects against a cycle introduced by bad data.
     for _ in 0..=topology.len() {
+        if parent_name.is_empty() || parent_name == ROOT_QUOTA {
+            return Err(format!(
+                "tree root quota {child} can't guarantee for min {}",
+                info.name
+            ));
+        }
         let Some(parent) = topology.get(&parent_name) else {
-            break;
+            return Err(format!("parent {parent_name} not found {}", info.name));
         };
         // The siblings' guarantees: all children's, less the one on the way up.
         let mut total = children_sum(topology, &parent.name, |s| &s.guaranteed);
@@ -365,12 +389,6 @@ fn check_guarantee(topology: &QuotaTopology, info: &QuotaInfo) -> Result<(), Str
         new_parent.max_with(&total);
         if new_parent.le_completely(&parent.guaranteed) {
             return Ok(());
-        }
-        if parent.is_root || parent.parent.is_empty() || parent.parent == ROOT_QUOTA {
-            return Err(format!(
-                "tree root quota {} can't guarantee for min {}",
-                parent.name, info.name
-            ));
         }
         need = new_parent;
         child = parent.name.clone();

@@ -458,3 +458,187 @@ pub(super) fn pod_quota_case(rng: &mut Rng) -> Case {
         ),
     }
 }
+
+/// A label selector over `app` / `tier` (or a namespace's `team`), every operator, sometimes broken.
+fn selector(rng: &mut Rng, key: &str, values: &[&str]) -> Value {
+    match rng.below(6) {
+        0 => json!({"matchLabels": {key: rng.pick(values)}}),
+        1 => {
+            json!({"matchExpressions": [{"key": key, "operator": "In", "values": [rng.pick(values), rng.pick(values)]}]})
+        }
+        2 => {
+            json!({"matchExpressions": [{"key": key, "operator": "NotIn", "values": [rng.pick(values)]}]})
+        }
+        3 => {
+            json!({"matchExpressions": [{"key": key, "operator": rng.pick(&["Exists", "DoesNotExist"])}]})
+        }
+        4 => json!({}),
+        _ => json!({"matchExpressions": [{"key": key, "operator": rng.pick(&["In", "Bogus"])}]}),
+    }
+}
+
+fn colocation_profile(rng: &mut Rng, name: &str) -> Value {
+    let mut spec = serde_json::Map::new();
+    if rng.chance(85) {
+        spec.insert(
+            "selector".into(),
+            selector(rng, "app", &["web", "db", "spark"]),
+        );
+    }
+    if rng.chance(35) {
+        spec.insert(
+            "namespaceSelector".into(),
+            selector(rng, "team", &["a", "b"]),
+        );
+    }
+    if rng.chance(70) {
+        spec.insert(
+            "qosClass".into(),
+            json!(rng.pick(&["BE", "LS", "LSR", "LSE", "SYSTEM"])),
+        );
+    }
+    if rng.chance(60) {
+        spec.insert(
+            "priorityClassName".into(),
+            json!(rng.pick(&[
+                "koord-batch",
+                "koord-prod",
+                "koord-mid",
+                "koord-free",
+                "missing"
+            ])),
+        );
+    }
+    if rng.chance(30) {
+        spec.insert(
+            "koordinatorPriority".into(),
+            json!(rng.pick(&[1111, 5000, 9100])),
+        );
+    }
+    if rng.chance(50) {
+        spec.insert("labels".into(), json!({"profiled": name}));
+    }
+    if rng.chance(40) {
+        spec.insert(
+            "annotations".into(),
+            json!({"koordinator.sh/profiled": name}),
+        );
+    }
+    if rng.chance(30) {
+        spec.insert("schedulerName".into(), json!("koord-scheduler"));
+    }
+    if rng.chance(15) {
+        spec.insert("labelKeysMapping".into(), json!({"app": "mapped-app"}));
+    }
+    if rng.chance(15) {
+        spec.insert(
+            "patch".into(),
+            json!({"metadata": {"labels": {"patched": "yes"}}}),
+        );
+    }
+    json!({"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+           "metadata": {"name": name, "resourceVersion": "1"}, "spec": spec})
+}
+
+fn container(rng: &mut Rng, name: &str) -> Value {
+    let mut requests = serde_json::Map::new();
+    let mut limits = serde_json::Map::new();
+    if rng.chance(80) {
+        let cpu = quantity(rng, false);
+        requests.insert("cpu".into(), cpu.clone());
+        if rng.chance(60) {
+            limits.insert(
+                "cpu".into(),
+                if rng.chance(70) {
+                    cpu
+                } else {
+                    quantity(rng, false)
+                },
+            );
+        }
+    }
+    if rng.chance(70) {
+        let memory = quantity(rng, true);
+        requests.insert("memory".into(), memory.clone());
+        if rng.chance(60) {
+            limits.insert("memory".into(), memory);
+        }
+    }
+    if rng.chance(10) {
+        requests.insert("kubernetes.io/batch-cpu".into(), json!("1000"));
+        limits.insert("kubernetes.io/batch-cpu".into(), json!("1000"));
+    }
+    let mut resources = serde_json::Map::new();
+    if !requests.is_empty() {
+        resources.insert("requests".into(), Value::Object(requests));
+    }
+    if !limits.is_empty() {
+        resources.insert("limits".into(), Value::Object(limits));
+    }
+    json!({"name": name, "image": "busybox", "resources": resources})
+}
+
+/// A pod create (sometimes an update) against random ClusterColocationProfiles, priority classes and
+/// namespaces, through `/mutate-pod`.
+pub(super) fn mutate_pod_case(rng: &mut Rng) -> Case {
+    let mut objects: Vec<Value> = (0..rng.below(3))
+        .map(|i| colocation_profile(rng, &format!("profile-{i}")))
+        .collect();
+    for (name, value) in [
+        ("koord-prod", 9500),
+        ("koord-mid", 7500),
+        ("koord-batch", 5500),
+        ("koord-free", 3500),
+    ] {
+        objects.push(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": name, "resourceVersion": "1"}, "value": value}),
+        );
+    }
+    let namespace = *rng.pick(&["team-a", "team-b"]);
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team-a", "resourceVersion": "1", "labels": {"team": "a"}}}));
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "team-b", "resourceVersion": "1", "labels": {"team": "b"}}}));
+    let mut labels = serde_json::Map::new();
+    if rng.chance(85) {
+        labels.insert("app".into(), json!(rng.pick(&["web", "db", "spark"])));
+    }
+    if rng.chance(15) {
+        labels.insert(
+            "koordinator.sh/qosClass".into(),
+            json!(rng.pick(&["LS", "BE"])),
+        );
+    }
+    let mut spec = json!({"containers": (0..1 + rng.below(2)).map(|i| container(rng, &format!("c{i}"))).collect::<Vec<_>>()});
+    if rng.chance(20) {
+        spec["initContainers"] = json!([container(rng, "init")]);
+    }
+    if rng.chance(15) {
+        spec["priorityClassName"] = json!("koord-prod");
+        spec["priority"] = json!(9500);
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace, "labels": labels}, "spec": spec});
+    let (operation, old) = if rng.chance(10) {
+        ("UPDATE", pod.clone())
+    } else {
+        ("CREATE", Value::Null)
+    };
+    let mut gates = BTreeMap::new();
+    gates.insert("ColocationProfileSkipMutatingResources", rng.chance(20));
+    Case {
+        path: webhooks::MUTATE_POD,
+        gates,
+        objects,
+        review: review(
+            ("", "v1", "Pod"),
+            "pods",
+            None,
+            operation,
+            namespace,
+            pod,
+            old,
+        ),
+    }
+}
