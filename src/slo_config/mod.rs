@@ -251,7 +251,8 @@ pub fn node_conflict(
     })
 }
 
-/// Every key that parses, for checks that skip what does not ("force parse", as Koordinator does).
+/// Every key that parses and whose node selectors are all usable, for checks that skip the rest
+/// ("force parse": Koordinator leaves out a key whose checker does not initialise).
 pub fn parse_leniently(
     data: &std::collections::BTreeMap<String, String>,
 ) -> Vec<(ConfigKey, Parsed)> {
@@ -259,7 +260,13 @@ pub fn parse_leniently(
         .into_iter()
         .filter_map(|key| {
             let text = data.get(key.data_key()).filter(|t| !t.is_empty())?;
-            Parsed::parse(key, text).ok().map(|p| (key, p))
+            let parsed = Parsed::parse(key, text).ok()?;
+            let usable = parsed.profiles().iter().all(|p| {
+                p.node_selector.as_ref().is_some_and(|s| {
+                    !selectors::is_empty(s) && selectors::kubernetes::as_selector_error(s).is_none()
+                })
+            });
+            usable.then_some((key, parsed))
         })
         .collect()
 }

@@ -389,6 +389,15 @@ fn lenient_parsing_skips_what_does_not_parse() {
         ("colocation-config", "{"),
         ("cpu-burst-config", r#"{"nodeStrategies": []}"#),
         ("system-config", ""),
+        // A key with an unusable node selector is left out too (its checker does not start).
+        (
+            "resource-threshold-config",
+            r#"{"nodeStrategies": [{"name": "a", "nodeSelector": {}}]}"#,
+        ),
+        (
+            "resource-qos-config",
+            r#"{"nodeStrategies": [{"name": "a", "nodeSelector": {"matchLabels": {"bad key!": "x"}}}]}"#,
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -41,7 +41,7 @@ fn apply(ctx: &Ctx<'_, Reservation>, reservation: &mut Reservation) -> PluginRes
             }
             if !spec.priority_class_name.is_empty() {
                 let (value, preemption) = priority_class(ctx.cache, &spec.priority_class_name)
-                    .map_err(|e| Rejection::internal(format!("mutating failed: {e}")))?;
+                    .map_err(Rejection::internal)?;
                 pod_spec.priority_class_name = Some(spec.priority_class_name.clone());
                 pod_spec.priority = Some(value);
                 pod_spec.preemption_policy = preemption;

@@ -642,3 +642,202 @@ pub(super) fn mutate_pod_case(rng: &mut Rng) -> Case {
         ),
     }
 }
+
+/// A pod's Koordinator marks drawn at random: QoS label, priority class and value, Koordinator
+/// priority label, the reserve-pod annotation.
+fn marked_pod(rng: &mut Rng, namespace: &str) -> Value {
+    let mut labels = serde_json::Map::new();
+    if rng.chance(60) {
+        labels.insert(
+            "koordinator.sh/qosClass".into(),
+            json!(rng.pick(&["LS", "BE", "LSR", "LSE", "SYSTEM", "NONE", "bogus"])),
+        );
+    }
+    if rng.chance(25) {
+        labels.insert(
+            "koordinator.sh/priority".into(),
+            json!(rng.pick(&["1111", "5000", "9100", "x"])),
+        );
+    }
+    if rng.chance(15) {
+        labels.insert(
+            "quota.scheduling.koordinator.sh/preemptible".into(),
+            json!(rng.pick(&["true", "false"])),
+        );
+    }
+    let mut annotations = serde_json::Map::new();
+    if rng.chance(8) {
+        annotations.insert(
+            "scheduling.koordinator.sh/reserve-pod".into(),
+            json!("true"),
+        );
+    }
+    let mut spec = json!({"containers": (0..1 + rng.below(2)).map(|i| {
+        let mut c = container(rng, &format!("c{i}"));
+        if rng.chance(20) {
+            c["resources"] = json!({"requests": {"kubernetes.io/batch-cpu": rng.pick(&["1000", "500"]), "kubernetes.io/batch-memory": "1Gi"},
+                                     "limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1Gi"}});
+        } else if rng.chance(15) {
+            let (name, value) = *rng.pick(&[
+                ("koordinator.sh/gpu", "100"),
+                ("koordinator.sh/gpu", "150"),
+                ("koordinator.sh/gpu", "50"),
+                ("koordinator.sh/gpu-core", "50"),
+                ("koordinator.sh/gpu-memory-ratio", "200"),
+                ("nvidia.com/gpu", "1"),
+                ("nvidia.com/gpu", "2"),
+            ]);
+            c["resources"] = json!({"requests": {name: value}, "limits": {name: value}});
+        }
+        c
+    }).collect::<Vec<_>>()});
+    if rng.chance(60) {
+        let (class, value) = *rng.pick(&[
+            ("koord-prod", 9500),
+            ("koord-mid", 7500),
+            ("koord-batch", 5500),
+            ("koord-free", 3500),
+            ("other", 100),
+        ]);
+        spec["priorityClassName"] = json!(class);
+        spec["priority"] = json!(value);
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": spec})
+}
+
+/// A pod create or update through `/validate-pod`: the reserve-pod annotation, QoS and priority
+/// agreement, batch resources, LSR/LSE CPU, changes to those on update.
+pub(super) fn validate_pod_case(rng: &mut Rng) -> Case {
+    let pod = marked_pod(rng, "team-a");
+    let (operation, old) = if rng.chance(40) {
+        let old = if rng.chance(50) {
+            pod.clone()
+        } else {
+            marked_pod(rng, "team-a")
+        };
+        ("UPDATE", old)
+    } else {
+        ("CREATE", Value::Null)
+    };
+    let mut gates = BTreeMap::new();
+    gates.insert("ColocationProfileSkipValidatingPriority", rng.chance(15));
+    gates.insert("ValidatePodDeviceResource", rng.chance(50));
+    Case {
+        path: webhooks::VALIDATE_POD,
+        gates,
+        objects: Vec::new(),
+        review: review(
+            ("", "v1", "Pod"),
+            "pods",
+            None,
+            operation,
+            "team-a",
+            pod,
+            old,
+        ),
+    }
+}
+
+/// A Reservation create against random ClusterColocationProfiles, through `/mutate-reservation`.
+pub(super) fn mutate_reservation_case(rng: &mut Rng) -> Case {
+    let mut objects: Vec<Value> = (0..rng.below(3))
+        .map(|i| colocation_profile(rng, &format!("profile-{i}")))
+        .collect();
+    for (name, value) in [("koord-prod", 9500), ("koord-batch", 5500)] {
+        objects.push(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": name, "resourceVersion": "1"}, "value": value}),
+        );
+    }
+    let mut labels = serde_json::Map::new();
+    if rng.chance(80) {
+        labels.insert("app".into(), json!(rng.pick(&["web", "db", "spark"])));
+    }
+    let mut template_labels = serde_json::Map::new();
+    if rng.chance(50) {
+        template_labels.insert("app".into(), json!(rng.pick(&["web", "db", "spark"])));
+    }
+    let reservation = json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+        "metadata": {"name": "r", "labels": labels},
+        "spec": {"owners": [{"object": {"name": "web"}}],
+                 "template": {"metadata": {"labels": template_labels},
+                              "spec": {"containers": [container(rng, "c0")]}}}});
+    let mut gates = BTreeMap::new();
+    gates.insert("ColocationProfileSkipMutatingResources", rng.chance(20));
+    Case {
+        path: webhooks::MUTATE_RESERVATION,
+        gates,
+        objects,
+        review: review(
+            ("scheduling.koordinator.sh", "v1alpha1", "Reservation"),
+            "reservations",
+            None,
+            "CREATE",
+            "",
+            reservation,
+            Value::Null,
+        ),
+    }
+}
+
+/// A node create or update through `/validate-node`, against an slo-controller ConfigMap whose
+/// node strategies may come to overlap on it; sometimes with amplification ratios.
+pub(super) fn validate_node_case(rng: &mut Rng) -> Case {
+    let colocation = ["cpuReclaimThresholdPercent", "degradeTimeMinutes"];
+    let threshold = ["cpuSuppressThresholdPercent"];
+    let strategies = |rng: &mut Rng, fields: &[&str]| -> Vec<Value> {
+        (0..rng.below(4))
+            .map(|_| node_strategy(rng, fields))
+            .collect()
+    };
+    let mut data = serde_json::Map::new();
+    if rng.chance(70) {
+        let cfg = json!({"enable": true, "nodeConfigs": strategies(rng, &colocation)});
+        data.insert("colocation-config".into(), json!(cfg.to_string()));
+    }
+    if rng.chance(50) {
+        let cfg = json!({"clusterStrategy": {}, "nodeStrategies": strategies(rng, &threshold)});
+        data.insert("resource-threshold-config".into(), json!(cfg.to_string()));
+    }
+    if rng.chance(5) {
+        data.insert("colocation-config".into(), json!("not json"));
+    }
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system", "resourceVersion": "1"},
+        "data": data});
+    let labels = |rng: &mut Rng| {
+        let mut labels = serde_json::Map::new();
+        if rng.chance(80) {
+            labels.insert("pool".into(), json!(rng.pick(&["x", "y", "z"])));
+        }
+        if rng.chance(30) {
+            labels.insert("zone".into(), json!("a"));
+        }
+        Value::Object(labels)
+    };
+    let node = |rng: &mut Rng| {
+        let mut annotations = serde_json::Map::new();
+        if rng.chance(15) {
+            annotations.insert(
+                "node.koordinator.sh/resource-amplification-ratio".into(),
+                json!(rng.pick(&[r#"{"cpu":1.5}"#, r#"{"cpu":0.5}"#, "not json"])),
+            );
+        }
+        json!({"apiVersion": "v1", "kind": "Node",
+               "metadata": {"name": "n1", "labels": labels(rng), "annotations": annotations}})
+    };
+    let new = node(rng);
+    let (operation, old) = if rng.chance(70) {
+        ("UPDATE", node(rng))
+    } else {
+        ("CREATE", Value::Null)
+    };
+    Case {
+        path: webhooks::VALIDATE_NODE,
+        gates: BTreeMap::new(),
+        objects: vec![config],
+        review: review(("", "v1", "Node"), "nodes", None, operation, "", new, old),
+    }
+}
