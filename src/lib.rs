@@ -10,6 +10,7 @@ pub(crate) mod controller;
 pub(crate) mod duration;
 pub mod features;
 pub mod install;
+pub mod kubernetes_errors;
 pub mod metrics;
 pub mod names;
 mod process_metrics;

@@ -4,6 +4,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::kubernetes_errors::aggregate;
+
 const LABEL_KEY_MESSAGE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_KEY_PATTERN: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const LABEL_VALUE_MESSAGE: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
@@ -175,21 +177,6 @@ fn requirement_error(key: &str, operator: Operator, values: &[String]) -> Option
         }
     }
     aggregate(errors)
-}
-
-/// `utilerrors.Aggregate`'s text: one error as it is, several (duplicates once) in brackets.
-fn aggregate(errors: Vec<String>) -> Option<String> {
-    let mut unique: Vec<String> = Vec::new();
-    for e in errors {
-        if !unique.contains(&e) {
-            unique.push(e);
-        }
-    }
-    match unique.len() {
-        0 => None,
-        1 => unique.pop(),
-        _ => Some(format!("[{}]", unique.join(", "))),
-    }
 }
 
 /// `metav1.LabelSelectorAsSelector`'s error for this selector, if it has one. `matchLabels` are

@@ -12,6 +12,7 @@ use crate::admission::pod::priority::{PriorityClass, QosClass, raw_priority_clas
 use crate::admission::pod::requests::pod_requests;
 use crate::apis::keys::{BATCH_CPU, BATCH_MEMORY, PRIORITY_LABEL};
 use crate::features::{FeatureGates, Gate};
+use crate::kubernetes_errors::aggregate;
 
 pub struct ColocationRules;
 
@@ -33,15 +34,6 @@ impl Validator<Pod> for ColocationRules {
             Some(message) => Err(Rejection::invalid(message)).into(),
             None => Ok(()).into(),
         }
-    }
-}
-
-/// Kubernetes' aggregate formatting: one error as is, several as `[e1, e2]`.
-pub fn aggregate(errors: Vec<String>) -> Option<String> {
-    match errors.len() {
-        0 => None,
-        1 => errors.into_iter().next(),
-        _ => Some(format!("[{}]", errors.join(", "))),
     }
 }
 

@@ -6,11 +6,11 @@ use crate::admission::pod::object::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::admission::Operation;
 
-use super::colocation_rules::aggregate;
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::keys::{GPU, GPU_CORE, GPU_MEMORY, GPU_MEMORY_RATIO, GPU_SHARED, NPU_CORE};
 use crate::features::{FeatureGates, Gate};
+use crate::kubernetes_errors::aggregate;
 use crate::resources::Qty;
 
 const FIELD: &str = "pod.spec.containers[*].resources.requests";
