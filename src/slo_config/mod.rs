@@ -11,6 +11,7 @@ pub mod types;
 use std::collections::BTreeSet;
 
 pub use error::ConfigError;
+use serde::Deserialize;
 use types::*;
 
 use crate::selectors::{self, Labels};
@@ -78,9 +79,13 @@ impl Parsed {
             ConfigKey::Colocation => Parsed::Colocation(go_json::from_str(text)?),
             ConfigKey::ResourceThreshold => Parsed::ResourceThreshold(go_json::from_str(text)?),
             ConfigKey::ResourceQos => Parsed::ResourceQos(go_json::from_str(text)?),
-            ConfigKey::System => Parsed::System(
-                go_json::from_str(text).map_err(|e| quantity_error(text).unwrap_or(e))?,
-            ),
+            ConfigKey::System => {
+                let value = go_json::read(text)?;
+                Parsed::System(
+                    SystemCfg::deserialize(&value)
+                        .map_err(|e| quantity_error(&value).unwrap_or(e))?,
+                )
+            }
             ConfigKey::CpuBurst => Parsed::CpuBurst(go_json::from_str(text)?),
         })
     }
@@ -112,15 +117,14 @@ impl Parsed {
 /// The error of a `totalNetworkBandwidth` of `system-config` that is not a quantity. Go reports a
 /// field's own decoding error (a `resource.Quantity`'s) at once, and a plain type mismatch only at
 /// the end, so the quantity's error is the one Koordinator shows when a config has both.
-fn quantity_error(text: &str) -> Option<serde_json::Error> {
-    let value: serde_json::Value = go_json::from_str(text).ok()?;
+fn quantity_error(value: &serde_json::Value) -> Option<serde_json::Error> {
     let nodes = value.get("nodeStrategies").and_then(|n| n.as_array());
     let strategies = std::iter::once(value.get("clusterStrategy"))
         .chain(nodes.into_iter().flatten().map(Some))
         .flatten();
     strategies
         .filter_map(|s| s.get("totalNetworkBandwidth"))
-        .find_map(|q| serde_json::from_value::<GoQuantity>(q.clone()).err())
+        .find_map(|q| GoQuantity::deserialize(q).err())
 }
 
 /// What a key's check needs besides its text.

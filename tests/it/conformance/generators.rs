@@ -540,6 +540,24 @@ fn colocation_profile(rng: &mut Rng, name: &str) -> Value {
            "metadata": {"name": name, "resourceVersion": "1"}, "spec": spec})
 }
 
+/// Koordinator's priority classes, one per band.
+const PRIORITY_CLASSES: [(&str, i32); 4] = [
+    ("koord-prod", 9500),
+    ("koord-mid", 7500),
+    ("koord-batch", 5500),
+    ("koord-free", 3500),
+];
+
+fn priority_classes(classes: &[(&str, i32)]) -> Vec<Value> {
+    classes
+        .iter()
+        .map(|(name, value)| {
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": name, "resourceVersion": "1"}, "value": value})
+        })
+        .collect()
+}
+
 fn container(rng: &mut Rng, name: &str) -> Value {
     let mut requests = serde_json::Map::new();
     let mut limits = serde_json::Map::new();
@@ -584,17 +602,7 @@ pub(super) fn mutate_pod_case(rng: &mut Rng) -> Case {
     let mut objects: Vec<Value> = (0..rng.below(3))
         .map(|i| colocation_profile(rng, &format!("profile-{i}")))
         .collect();
-    for (name, value) in [
-        ("koord-prod", 9500),
-        ("koord-mid", 7500),
-        ("koord-batch", 5500),
-        ("koord-free", 3500),
-    ] {
-        objects.push(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                            "metadata": {"name": name, "resourceVersion": "1"}, "value": value}),
-        );
-    }
+    objects.extend(priority_classes(&PRIORITY_CLASSES));
     let namespace = *rng.pick(&["team-a", "team-b"]);
     objects.push(json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "team-a", "resourceVersion": "1", "labels": {"team": "a"}}}));
@@ -693,10 +701,10 @@ fn marked_pod(rng: &mut Rng, namespace: &str) -> Value {
     }).collect::<Vec<_>>()});
     if rng.chance(60) {
         let (class, value) = *rng.pick(&[
-            ("koord-prod", 9500),
-            ("koord-mid", 7500),
-            ("koord-batch", 5500),
-            ("koord-free", 3500),
+            PRIORITY_CLASSES[0],
+            PRIORITY_CLASSES[1],
+            PRIORITY_CLASSES[2],
+            PRIORITY_CLASSES[3],
             ("other", 100),
         ]);
         spec["priorityClassName"] = json!(class);
@@ -745,12 +753,10 @@ pub(super) fn mutate_reservation_case(rng: &mut Rng) -> Case {
     let mut objects: Vec<Value> = (0..rng.below(3))
         .map(|i| colocation_profile(rng, &format!("profile-{i}")))
         .collect();
-    for (name, value) in [("koord-prod", 9500), ("koord-batch", 5500)] {
-        objects.push(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                            "metadata": {"name": name, "resourceVersion": "1"}, "value": value}),
-        );
-    }
+    objects.extend(priority_classes(&[
+        PRIORITY_CLASSES[0],
+        PRIORITY_CLASSES[2],
+    ]));
     let mut labels = serde_json::Map::new();
     if rng.chance(80) {
         labels.insert("app".into(), json!(rng.pick(&["web", "db", "spark"])));
