@@ -141,6 +141,10 @@ pub struct UninstallArgs {
     /// Also delete the koordinator-system namespace.
     #[arg(long)]
     pub delete_namespace: bool,
+    /// Leave the two webhook configurations and the Service `koordinator-webhook-service` in
+    /// place: the way back to koord-manager's webhook, which serves them again (README, "Migrating").
+    #[arg(long, conflicts_with = "delete_namespace")]
+    pub keep_webhook_configurations: bool,
     /// How long to wait for the replicas to stop.
     #[arg(long, default_value = "2m", value_parser = parse_duration_arg)]
     pub timeout: Duration,
@@ -406,6 +410,15 @@ pub struct OperatorFlags {
     /// (API servers take a moment to load a changed webhook configuration).
     #[arg(long, env = "KOORD_WEBHOOK_CA_PUBLISH_SETTLE", default_value = "10s", value_parser = parse_duration_arg)]
     pub ca_publish_settle: Duration,
+    /// On first start (no CA of its own yet), take over the CA koord-manager's webhook keeps in
+    /// this Secret of the namespace (`ca-cert.pem`, `ca-key.pem`), so that both webhooks are trusted
+    /// by either caBundle while a migration runs; empty: never.
+    #[arg(
+        long,
+        env = "KOORD_WEBHOOK_ADOPT_CA_SECRET",
+        default_value = "koordinator-webhook-certs"
+    )]
+    pub adopt_ca_secret: String,
     /// `self`: issue and rotate certificates; `external`: read `webhook-tls` as provided.
     #[arg(
         long,

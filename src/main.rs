@@ -98,6 +98,7 @@ fn main() -> ExitCode {
             let options = cmd::uninstall::Options {
                 cluster: args.cluster,
                 delete_crds: args.delete_crds,
+                keep_webhook_configurations: args.keep_webhook_configurations,
                 delete_namespace: args.delete_namespace,
                 timeout: args.timeout,
             };

@@ -63,6 +63,8 @@ pub const VALIDATING_CONFIGURATION: &str = "koordinator-validating-webhook-confi
 pub const SECRET_TLS: &str = "webhook-tls";
 /// The CA (and, during a rotation, the previous one).
 pub const SECRET_CA: &str = "webhook-ca";
+/// koord-manager's webhook Secret, whose CA koord-webhook takes over on first start (certs::adopt).
+pub const KOORDINATOR_CA_SECRET: &str = "koordinator-webhook-certs";
 /// The leader election Lease.
 pub const LEASE: &str = "koord-webhook";
 /// The ConfigMap through which replicas admit ElasticQuota changes one at a time.

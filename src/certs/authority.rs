@@ -74,6 +74,26 @@ pub fn key_matches(cert_pem: &[u8], key_pem: &str) -> bool {
     }
 }
 
+/// Whether the (first) certificate of `cert_pem` is a CA (basic constraints say so).
+pub fn is_ca(cert_pem: &[u8]) -> bool {
+    let Some(cert) = certificates(cert_pem)
+        .ok()
+        .and_then(|c| c.into_iter().next())
+    else {
+        return false;
+    };
+    x509_parser::parse_x509_certificate(&cert)
+        .ok()
+        .and_then(|(_, parsed)| {
+            parsed
+                .basic_constraints()
+                .ok()
+                .flatten()
+                .map(|c| c.value.ca)
+        })
+        .unwrap_or(false)
+}
+
 /// The certificates of a PEM document, in order.
 pub fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
     let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
@@ -160,6 +180,10 @@ mod tests {
     fn keys_must_match_and_serving_never_outlives_its_ca() {
         let ca = issue_ca(Duration::from_secs(3600)).unwrap();
         let other = issue_ca(Duration::from_secs(3600)).unwrap();
+        eprintln!(
+            "{:?}",
+            KeyPair::from_pem(&ca.key_pem).map(|k| k.subject_public_key_info().len())
+        );
         assert!(key_matches(ca.cert_pem.as_bytes(), &ca.key_pem));
         assert!(!key_matches(ca.cert_pem.as_bytes(), &other.key_pem));
         assert!(!key_matches(ca.cert_pem.as_bytes(), "garbage"));

@@ -8,6 +8,7 @@ use rcgen::{
 };
 use time::OffsetDateTime;
 
+pub mod adopt;
 pub mod authority;
 
 #[derive(Debug, thiserror::Error)]

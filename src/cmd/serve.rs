@@ -60,6 +60,7 @@ fn operator_config(
             renew_fraction: flags.renew_fraction,
             ca_grace: flags.ca_rotation_grace,
             publish_settle: flags.ca_publish_settle,
+            adopt_ca_secret: Some(flags.adopt_ca_secret.clone()).filter(|name| !name.is_empty()),
             hosts: serving_hosts(flags.webhook_host.as_deref()),
         },
         desired: Desired {

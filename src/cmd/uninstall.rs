@@ -32,6 +32,8 @@ pub struct Options {
     pub cluster: crate::cli::ClusterFlags,
     pub delete_crds: bool,
     pub delete_namespace: bool,
+    /// Hand the configurations and the Service back to koord-manager's webhook.
+    pub keep_webhook_configurations: bool,
     /// How long to wait for the replicas to stop.
     pub timeout: Duration,
 }
@@ -48,6 +50,25 @@ where
         Err(e) => return Err(e).with_context(|| format!("cannot delete {kind} {name}")),
     }
     Ok(())
+}
+
+/// The two webhook configurations, then the Service they call.
+async fn delete_admission(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    delete(
+        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        MUTATING_CONFIGURATION,
+    )
+    .await?;
+    delete(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        VALIDATING_CONFIGURATION,
+    )
+    .await?;
+    delete(
+        &Api::<Service>::namespaced(client.clone(), namespace),
+        SERVICE_NAME,
+    )
+    .await
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<()> {
@@ -80,24 +101,17 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     }
     println!("no replica is running");
 
-    // 2. The webhook configurations: from now on the API server calls no webhook of ours.
-    delete(
-        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
-        MUTATING_CONFIGURATION,
-    )
-    .await?;
-    delete(
-        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        VALIDATING_CONFIGURATION,
-    )
-    .await?;
+    // 2. The webhook configurations: from now on the API server calls no webhook of ours. Kept
+    // (with the Service) when koord-manager's webhook serves them again.
+    if options.keep_webhook_configurations {
+        println!(
+            "kept the webhook configurations and Service {SERVICE_NAME} (for koord-manager's webhook)"
+        );
+    } else {
+        delete_admission(&client, namespace).await?;
+    }
 
     // 3. The rest of the install, and what the operator made (Secrets, Lease).
-    delete(
-        &Api::<Service>::namespaced(client.clone(), namespace),
-        SERVICE_NAME,
-    )
-    .await?;
     delete(
         &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
         APP_NAME,

@@ -13,7 +13,7 @@ use kube::{Client, Resource};
 use super::metrics::CertLabels;
 use super::secrets::{self, CaState, Phase, TlsState};
 use super::webhook_configs::{self, Desired};
-use crate::certs::{CertError, PemPair, authority};
+use crate::certs::{CertError, PemPair, adopt, authority};
 use crate::metrics::{KindLabels, Metrics};
 use crate::names::FIELD_MANAGER;
 use crate::names::namespace;
@@ -39,6 +39,8 @@ pub struct CertPolicy {
     pub publish_settle: Duration,
     /// Serving certificate SANs.
     pub hosts: Vec<String>,
+    /// koord-manager's CA Secret, taken over on first start (certs::adopt).
+    pub adopt_ca_secret: Option<String>,
 }
 
 pub struct Issuer {
@@ -203,25 +205,79 @@ impl Issuer {
         Ok(pair)
     }
 
+    /// koord-manager's CA when its Secret holds a usable one (certs::adopt); an unusable one is
+    /// named in a Warning Event and left alone (a new CA is issued as on any first start).
+    async fn koordinator_ca(&self) -> Result<Option<CaState>, IssueError> {
+        let Some(name) = &self.policy.adopt_ca_secret else {
+            return Ok(None);
+        };
+        let Some(secret) = self.secrets().get_opt(name).await? else {
+            return Ok(None);
+        };
+        let text = |key: &str| {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        };
+        let (Some(cert), Some(key)) = (
+            text(adopt::KOORDINATOR_CA_CERT),
+            text(adopt::KOORDINATOR_CA_KEY),
+        ) else {
+            return Ok(None);
+        };
+        match adopt::koordinator_ca(&cert, &key) {
+            Ok(ca) => {
+                self.event(
+                    EventType::Normal,
+                    "CAAdopted",
+                    format!("took over the CA of Secret {name} (koord-manager's webhook): both webhooks are trusted while they run side by side"),
+                )
+                .await;
+                Ok(Some(CaState {
+                    ca,
+                    previous: None,
+                    phase: Phase::Stable,
+                    since: Some(jiff::Timestamp::now()),
+                }))
+            }
+            Err(e) => {
+                self.event(
+                    EventType::Warning,
+                    "CANotAdopted",
+                    format!("the CA of Secret {name} is not usable ({e}): issuing a new CA"),
+                )
+                .await;
+                Ok(None)
+            }
+        }
+    }
+
     /// One pass over the Secrets and configurations.
     pub async fn reconcile(&self, metrics: &Metrics) -> Result<Next, IssueError> {
         let now = SystemTime::now();
         let api = self.secrets();
-        let stored_ca = api
-            .get_opt(SECRET_CA)
-            .await?
-            .as_ref()
-            .and_then(secrets::read_ca);
+        let ca_secret = api.get_opt(SECRET_CA).await?;
+        let ca_secret_exists = ca_secret.is_some();
+        let stored_ca = ca_secret.as_ref().and_then(secrets::read_ca);
         let stored_tls = api
             .get_opt(SECRET_TLS)
             .await?
             .as_ref()
             .and_then(secrets::read_tls);
 
-        // The CA: keep it while it is usable; a lost webhook-ca means a new one.
-        let mut ca = match stored_ca.clone() {
-            Some(ca) => ca,
-            None => {
+        // The CA: keep it while it is usable; on first start take over koord-manager's when there
+        // is one; a lost webhook-ca means a new one.
+        let first_start = stored_ca.is_none() && stored_tls.is_none() && !ca_secret_exists;
+        let adopted = match first_start {
+            true => self.koordinator_ca().await?,
+            false => None,
+        };
+        let mut ca = match (stored_ca.clone(), adopted) {
+            (Some(ca), _) => ca,
+            (None, Some(ca)) => ca,
+            (None, None) => {
                 // A lost or unusable webhook-ca. When API servers still trust a serving pair that
                 // is in place, the new CA goes through the same stages as a planned rotation: the
                 // old trust (certificates only: its key is gone) stays published next to the new

@@ -241,9 +241,20 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
     }
 }
 
+/// The component label of the admission Service: a migration applies everything else first
+/// (`kubectl apply -l 'app.kubernetes.io/component!=webhook-service'`), then the Service.
+pub const SERVICE_COMPONENT: &str = "webhook-service";
+
 pub fn service() -> Service {
+    let mut metadata = meta(SERVICE_NAME);
+    if let Some(labels) = metadata.labels.as_mut() {
+        labels.insert(
+            "app.kubernetes.io/component".to_owned(),
+            SERVICE_COMPONENT.to_owned(),
+        );
+    }
     Service {
-        metadata: meta(SERVICE_NAME),
+        metadata,
         spec: Some(ServiceSpec {
             selector: Some(selector_labels()),
             ports: Some(vec![ServicePort {

@@ -7,8 +7,8 @@ use k8s_openapi::api::rbac::v1::{
 use kube::api::ObjectMeta;
 
 use crate::names::{
-    APP_NAME, LEASE, MUTATING_CONFIGURATION, QUOTA_LEDGER, SECRET_CA, SECRET_TLS,
-    VALIDATING_CONFIGURATION, app_labels, namespace,
+    APP_NAME, KOORDINATOR_CA_SECRET, LEASE, MUTATING_CONFIGURATION, QUOTA_LEDGER, SECRET_CA,
+    SECRET_TLS, VALIDATING_CONFIGURATION, app_labels, namespace,
 };
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
@@ -125,6 +125,8 @@ pub fn role() -> Role {
                 &["get", "list", "watch", "create", "update", "patch"],
                 &[SECRET_TLS, SECRET_CA],
             ),
+            // koord-manager's webhook Secret, read once on first start to take over its CA.
+            rule(&[""], &["secrets"], &["get"], &[KOORDINATOR_CA_SECRET]),
             // The SLO and enhanced-validator ConfigMaps live here (list and watch cannot be limited
             // by name; get of the two is what the cache reads).
             rule(&[""], &["configmaps"], &["list", "watch"], &[]),

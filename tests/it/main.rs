@@ -6,6 +6,7 @@
 
 mod support;
 
+mod beside_koordinator;
 mod cache_watch;
 mod conformance;
 mod control_plane;

@@ -1,5 +1,5 @@
 //! The differential harness (conformance/README.md): seeded random reviews through Koordinator
-//! v1.8.0's own webhook handlers (`conformance/koordinator`, built by `conformance/build`) and
+//! v1.8.0's own webhook handlers (`koordinator/review`, built by `koordinator/build review`) and
 //! through ours, side by side, comparing allowed, code, message and the patched object.
 //!
 //! A difference the documented decisions (docs/admission.md, "Deliberate differences") do not
@@ -277,12 +277,13 @@ fn theirs(koordinator: &mut Koordinator, case: &Case) -> Result<Answer, String> 
 }
 
 fn harness() -> String {
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/build"))
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/koordinator/build"))
+        .arg("review")
         .output()
-        .expect("conformance/build");
+        .expect("koordinator/build");
     assert!(
         out.status.success(),
-        "conformance/build failed: {}",
+        "koordinator/build review failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()

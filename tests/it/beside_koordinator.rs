@@ -1,0 +1,510 @@
+//! koord-webhook beside Koordinator v1.8.0's own koord-manager and koord-scheduler (built from Go
+//! modules by `koordinator/build components`, installed from `koordinator/manifests/`) on a real
+//! one-node cluster: the README's migration from koord-manager's webhook under a steady load of pod
+//! creates, every admission counted; then the components working with what koord-webhook admits;
+//! then the way back to koord-manager's webhook, counted the same way.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use support::node::{NAMESPACE, NODE_NAME, Node};
+use support::operator::eventually;
+
+const KOORDINATOR_INSTALL: &str = "koordinator/manifests/koordinator.yaml";
+const KOORDINATOR_CONFIGURATIONS: &str = "koordinator/manifests/webhook-configurations.yaml";
+const INSTALL: &str = "manifests/install.yaml";
+/// The migration's first apply: everything of koord-webhook but its Service.
+const ALL_BUT_THE_SERVICE: &str = "app.kubernetes.io/component!=webhook-service";
+/// How long the API server keeps an idle connection to a webhook (client-go's IdleConnTimeout).
+const API_SERVER_IDLE_CONNECTIONS: Duration = Duration::from_secs(95);
+const MANAGER_WEBHOOK_ON: &str = "--feature-gates=WebhookFramework=true";
+const MANAGER_WEBHOOK_OFF: &str = "--feature-gates=WebhookFramework=false";
+
+fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Builds (or finds cached) koord-manager's and koord-scheduler's images and Koordinator's CRDs.
+fn components() -> PathBuf {
+    let out = std::process::Command::new(repo("koordinator/build"))
+        .arg("components")
+        .output()
+        .expect("koordinator/build runs");
+    assert!(
+        out.status.success(),
+        "koordinator/build components failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// What a client saw of admission while the load ran.
+#[derive(Debug, Default)]
+struct Counts {
+    plain_sent: usize,
+    koordinator_sent: usize,
+    failed: Vec<String>,
+    /// Koordinator pods (the spark profile selects them) admitted without the profile's mutation.
+    unmutated: Vec<String>,
+}
+
+/// Dry-run pod creates through the API server, half plain pods in `default`, half pods the spark
+/// ClusterColocationProfile selects; each answer checked.
+struct AdmissionLoad {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Counts>,
+}
+
+impl AdmissionLoad {
+    fn start(client: kube::Client, per_second: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut requests = tokio::task::JoinSet::new();
+            let mut i = 0usize;
+            let mut counts = Counts::default();
+            while !flag.load(Ordering::Relaxed) {
+                tick.tick().await;
+                i += 1;
+                let koordinator = i.is_multiple_of(2);
+                let (namespace, labels) = match koordinator {
+                    true => ("spark", json!({"app": "spark"})),
+                    false => ("default", json!({})),
+                };
+                if koordinator {
+                    counts.koordinator_sent += 1;
+                } else {
+                    counts.plain_sent += 1;
+                }
+                let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                let pod = support::pod(namespace, &format!("load-{i}"), labels, json!({}));
+                requests.spawn(async move {
+                    let params = PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    };
+                    match pods.create(&params, &pod).await {
+                        Err(e) => Err(format!("{namespace}/load-{i}: {e}")),
+                        Ok(created) => Ok((!koordinator || mutated(&created))
+                            .then_some(())
+                            .ok_or(format!("{namespace}/load-{i} admitted unmutated"))),
+                    }
+                });
+            }
+            while let Some(done) = requests.join_next().await {
+                match done.unwrap() {
+                    Err(failure) => counts.failed.push(failure),
+                    Ok(Err(unmutated)) => counts.unmutated.push(unmutated),
+                    Ok(Ok(())) => {}
+                }
+            }
+            counts
+        });
+        Self { stop, task }
+    }
+
+    /// Stops the load 3 s after the steps that began at `started`; prints the counts of `phase`
+    /// and asserts that no admission failed and no Koordinator pod went unmutated.
+    async fn stop_after(self, started: Instant, phase: &str) -> Counts {
+        let took = started.elapsed();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        self.stop.store(true, Ordering::Relaxed);
+        let counts = self.task.await.unwrap();
+        eprintln!(
+            "{phase}: {} plain and {} Koordinator pod creates; failed {}, admitted unmutated {}; steps took {:.1} s",
+            counts.plain_sent,
+            counts.koordinator_sent,
+            counts.failed.len(),
+            counts.unmutated.len(),
+            took.as_secs_f64()
+        );
+        assert!(
+            counts.failed.is_empty(),
+            "{phase}, failed: {:?}",
+            counts.failed
+        );
+        assert!(
+            counts.unmutated.is_empty(),
+            "{phase}, unmutated: {:?}",
+            counts.unmutated
+        );
+        counts
+    }
+}
+
+/// The spark profile's mutation: BE QoS label and koord-scheduler.
+fn mutated(pod: &Pod) -> bool {
+    let qos = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("koordinator.sh/qosClass"));
+    let scheduler = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+    qos.map(String::as_str) == Some("BE") && scheduler == Some("koord-scheduler")
+}
+
+/// A dry-run spark pod comes back mutated (by whichever webhook serves).
+async fn profile_applies(client: &kube::Client) -> bool {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
+    let pod = support::pod("spark", "probe", json!({"app": "spark"}), json!({}));
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    matches!(pods.create(&params, &pod).await, Ok(p) if mutated(&p))
+}
+
+/// The last log lines of a Koordinator component: a component that does not start fails the test
+/// with its own words.
+async fn component_log(node: &Node, deployment: &str) -> String {
+    let out = node
+        .kubectl(
+            &[
+                "-n",
+                NAMESPACE,
+                "logs",
+                &format!("deployment/{deployment}"),
+                "--tail=20",
+            ],
+            None,
+        )
+        .await;
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+async fn rolled_out(node: &Node, deployment: &str, within: Duration) {
+    let out = node
+        .kubectl(
+            &[
+                "-n",
+                NAMESPACE,
+                "rollout",
+                "status",
+                &format!("deployment/{deployment}"),
+                &format!("--timeout={}s", within.as_secs()),
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        out.status.success(),
+        "{deployment} did not roll out: {}\n--- its log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        component_log(node, deployment).await
+    );
+}
+
+/// koord-manager's webhook on or off: its feature gate, as a user changes it (a JSON patch that
+/// first checks the argument it replaces).
+async fn manager_webhook(node: &Node, on: bool) {
+    let (from, to) = match on {
+        true => (MANAGER_WEBHOOK_OFF, MANAGER_WEBHOOK_ON),
+        false => (MANAGER_WEBHOOK_ON, MANAGER_WEBHOOK_OFF),
+    };
+    let path = "/spec/template/spec/containers/0/args/5";
+    // Without its webhook koord-manager serves no health path: ready once its metrics port listens.
+    let probe = match on {
+        true => json!({"httpGet": {"path": "/readyz", "port": 8000}, "periodSeconds": 2}),
+        false => json!({"tcpSocket": {"port": 8080}, "periodSeconds": 2}),
+    };
+    let patch = json!([
+        {"op": "test", "path": path, "value": from},
+        {"op": "replace", "path": path, "value": to},
+        {"op": "replace", "path": "/spec/template/spec/containers/0/readinessProbe", "value": probe},
+    ]);
+    node.kubectl_ok(
+        &[
+            "-n",
+            NAMESPACE,
+            "patch",
+            "deployment/koord-manager",
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )
+    .await;
+    rolled_out(node, "koord-manager", Duration::from_secs(120)).await;
+}
+
+/// The Service's selector names whose Pods serve admission.
+async fn service_selector(node: &Node) -> String {
+    node.kubectl_ok(
+        &[
+            "-n",
+            NAMESPACE,
+            "get",
+            "service/koordinator-webhook-service",
+            "-o",
+            "jsonpath={.spec.selector}",
+        ],
+        None,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn migrates_from_koord_manager_and_back_under_load() {
+    let built = components();
+    let node = Node::start();
+    for component in ["koord-manager", "koord-scheduler"] {
+        node.load_image(
+            &built.join(format!("images/{component}.oci.tar")),
+            &format!("localhost/{component}:v1.8.0"),
+        );
+    }
+    let client = node.client().await;
+
+    // --- Koordinator as a user runs it: its CRDs, koord-manager with its webhook, koord-scheduler.
+    let crds = built.join("crds");
+    node.kubectl_ok(
+        &["apply", "--server-side", "-f", crds.to_str().unwrap()],
+        None,
+    )
+    .await;
+    for file in [KOORDINATOR_INSTALL, KOORDINATOR_CONFIGURATIONS] {
+        node.kubectl_ok(&["apply", "--server-side", "-f", &repo(file)], None)
+            .await;
+    }
+    rolled_out(&node, "koord-manager", Duration::from_secs(120)).await;
+    rolled_out(&node, "koord-scheduler", Duration::from_secs(120)).await;
+    let profile = support::fixture("colocation/spark.yaml");
+    node.kubectl_ok(
+        &["apply", "--server-side", "-f", profile.to_str().unwrap()],
+        None,
+    )
+    .await;
+    eventually(
+        Duration::from_secs(60),
+        "koord-manager's webhook mutating a spark pod",
+        || async { profile_applies(&client).await.then_some(()) },
+    )
+    .await;
+
+    // --- The migration, the README's steps under load.
+    let load = AdmissionLoad::start(client.clone(), 20);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    // 1. koord-webhook beside koord-manager, all but the Service; it takes over koord-manager's CA.
+    node.kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &repo(INSTALL),
+            "-l",
+            ALL_BUT_THE_SERVICE,
+        ],
+        None,
+    )
+    .await;
+    rolled_out(&node, "koord-webhook", Duration::from_secs(180)).await;
+    // 2. The Service moves to koord-webhook's ready replicas.
+    node.kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &repo(INSTALL),
+        ],
+        None,
+    )
+    .await;
+    // 3. koord-manager's webhook off, once the API server has let go of its connections to it: the
+    // Service no longer leads there, and the API server closes a connection idle for 90 s.
+    tokio::time::sleep(API_SERVER_IDLE_CONNECTIONS).await;
+    manager_webhook(&node, false).await;
+    // 4. Healthy.
+    let status = node
+        .exec(
+            &[
+                env!("CARGO_BIN_EXE_koord-webhook"),
+                "status",
+                "--wait",
+                "--timeout",
+                "2m",
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        status.status.success(),
+        "koord-webhook status after the migration: {}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let counts = load.stop_after(started, "migration to koord-webhook").await;
+    assert!(counts.koordinator_sent > 20, "{counts:?}");
+    assert!(
+        service_selector(&node).await.contains("koord-webhook"),
+        "the Service selects koord-webhook's Pods"
+    );
+    // koord-webhook serves: its own entry (koord-manager has none for profiles) is in place, and
+    // both webhooks shared koord-manager's CA, which the configurations still carry.
+    eventually(
+        Duration::from_secs(30),
+        "koord-webhook's entries in the configurations",
+        || async {
+            let names = node
+                .kubectl_ok(
+                    &[
+                        "get",
+                        "validatingwebhookconfiguration",
+                        "koordinator-validating-webhook-configuration",
+                        "-o",
+                        "jsonpath={.webhooks[*].name}",
+                    ],
+                    None,
+                )
+                .await;
+            names
+                .contains("vclustercolocationprofile.koordinator.sh")
+                .then_some(())
+        },
+    )
+    .await;
+    let events = node
+        .kubectl_ok(
+            &[
+                "-n",
+                NAMESPACE,
+                "get",
+                "events",
+                "--field-selector",
+                "reason=CAAdopted",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert!(!events.trim().is_empty(), "a CAAdopted Event");
+
+    // --- Working together after the migration.
+    be_pod_runs_on_batch_resources(&node, &client).await;
+
+    // --- The way back: koord-manager's webhook on, the Service back to it, koord-webhook removed
+    // with its configurations kept for koord-manager.
+    let load = AdmissionLoad::start(client.clone(), 20);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    manager_webhook(&node, true).await;
+    node.kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &repo(KOORDINATOR_INSTALL),
+        ],
+        None,
+    )
+    .await;
+    let uninstall = node
+        .exec(
+            &[
+                env!("CARGO_BIN_EXE_koord-webhook"),
+                "uninstall",
+                "--keep-webhook-configurations",
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        uninstall.status.success(),
+        "koord-webhook uninstall --keep-webhook-configurations: {}",
+        String::from_utf8_lossy(&uninstall.stderr)
+    );
+    load.stop_after(started, "way back to koord-manager").await;
+    assert!(
+        service_selector(&node).await.contains("koord-manager"),
+        "the Service selects koord-manager's Pods"
+    );
+    assert!(profile_applies(&client).await);
+}
+
+/// A pod the spark profile turns into a BE pod with batch resources is bound by koord-scheduler to
+/// the node, whose batch allocatable koord-manager's node-resource controller computed. No koordlet
+/// runs here (it needs the host's cgroups): the test writes the NodeMetric status a koordlet would.
+async fn be_pod_runs_on_batch_resources(node: &Node, client: &kube::Client) {
+    let now = jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "updateTime": now,
+        "nodeMetric": {"nodeUsage": {"resources": {"cpu": "500m", "memory": "1Gi"}}},
+        "podsMetric": []
+    }});
+    eventually(
+        Duration::from_secs(60),
+        "koord-manager's NodeMetric for the node",
+        || async {
+            node.kubectl(&["get", "nodemetric", NODE_NAME], None)
+                .await
+                .status
+                .success()
+                .then_some(())
+        },
+    )
+    .await;
+    node.kubectl_ok(
+        &[
+            "patch",
+            "nodemetric",
+            NODE_NAME,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+        None,
+    )
+    .await;
+    let nodes: Api<KubeNode> = Api::all(client.clone());
+    let batch_cpu = eventually(
+        Duration::from_secs(90),
+        "kubernetes.io/batch-cpu in the node's allocatable (koord-manager's node-resource controller)",
+        || async {
+            let n = nodes.get(NODE_NAME).await.ok()?;
+            let allocatable = n.status?.allocatable?;
+            let cpu = allocatable.get("kubernetes.io/batch-cpu")?.0.clone();
+            (cpu != "0").then_some(cpu)
+        },
+    )
+    .await;
+    eprintln!("node batch-cpu allocatable: {batch_cpu}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "spark");
+    let pod = support::pod(
+        "spark",
+        "be-batch",
+        json!({"app": "spark"}),
+        json!({"cpu": "100m", "memory": "64Mi"}),
+    );
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let requests = serde_json::to_value(&created.spec.as_ref().unwrap().containers[0].resources)
+        .unwrap_or(Value::Null);
+    assert!(
+        requests["requests"]["kubernetes.io/batch-cpu"].is_string(),
+        "the profile moved the pod to batch resources: {requests}"
+    );
+    let bound = eventually(
+        Duration::from_secs(60),
+        "koord-scheduler binding the BE pod",
+        || async {
+            let p = pods.get("be-batch").await.ok()?;
+            p.spec?.node_name
+        },
+    )
+    .await;
+    assert_eq!(bound, NODE_NAME);
+}
