@@ -22,8 +22,11 @@ const KOORDINATOR_CONFIGURATIONS: &str = "koordinator/manifests/webhook-configur
 const INSTALL: &str = "manifests/install.yaml";
 /// The migration's first apply: everything of koord-webhook but its Service.
 const ALL_BUT_THE_SERVICE: &str = "app.kubernetes.io/component!=webhook-service";
-/// How long the API server keeps an idle connection to a webhook (client-go's IdleConnTimeout).
-const API_SERVER_IDLE_CONNECTIONS: Duration = Duration::from_secs(95);
+/// At most this many calls may fail while koord-manager's webhook server shuts down (step 3), and
+/// only as a connection it closed under the API server (docs/migration.md: its HTTP/1.1 server
+/// closes keep-alive connections the API server is about to reuse, and the API server does not
+/// retry a POST). Every other failure fails the test.
+const SHUTDOWN_RACE_ALLOWANCE: usize = 3;
 const MANAGER_WEBHOOK_ON: &str = "--feature-gates=WebhookFramework=true";
 const MANAGER_WEBHOOK_OFF: &str = "--feature-gates=WebhookFramework=false";
 
@@ -50,7 +53,7 @@ fn components() -> PathBuf {
 struct Counts {
     plain_sent: usize,
     koordinator_sent: usize,
-    failed: Vec<String>,
+    failed: Vec<(Instant, String)>,
     /// Koordinator pods (the spark profile selects them) admitted without the profile's mutation.
     unmutated: Vec<String>,
 }
@@ -93,7 +96,7 @@ impl AdmissionLoad {
                         ..Default::default()
                     };
                     match pods.create(&params, &pod).await {
-                        Err(e) => Err(format!("{namespace}/load-{i}: {e}")),
+                        Err(e) => Err((Instant::now(), format!("{namespace}/load-{i}: {e}"))),
                         Ok(created) => Ok((!koordinator || mutated(&created))
                             .then_some(())
                             .ok_or(format!("{namespace}/load-{i} admitted unmutated"))),
@@ -113,8 +116,14 @@ impl AdmissionLoad {
     }
 
     /// Stops the load 3 s after the steps that began at `started`; prints the counts of `phase`
-    /// and asserts that no admission failed and no Koordinator pod went unmutated.
-    async fn stop_after(self, started: Instant, phase: &str) -> Counts {
+    /// and asserts that no Koordinator pod went unmutated and no admission failed, but for at most
+    /// SHUTDOWN_RACE_ALLOWANCE closed connections while koord-manager's server shut down.
+    async fn stop_after(
+        self,
+        started: Instant,
+        phase: &str,
+        shutdown_race: Option<std::ops::Range<Instant>>,
+    ) -> Counts {
         let took = started.elapsed();
         tokio::time::sleep(Duration::from_secs(3)).await;
         self.stop.store(true, Ordering::Relaxed);
@@ -127,10 +136,19 @@ impl AdmissionLoad {
             counts.unmutated.len(),
             took.as_secs_f64()
         );
+        let (raced, other): (Vec<_>, Vec<_>) = counts.failed.iter().partition(|(at, error)| {
+            shutdown_race
+                .as_ref()
+                .is_some_and(|during| during.contains(at))
+                && ["EOF", "broken pipe", "connection reset"]
+                    .iter()
+                    .any(|closed| error.contains(closed))
+        });
+        eprintln!("{phase}: failed while koord-manager's server shut down: {raced:?}");
+        assert!(other.is_empty(), "{phase}, failed: {other:?}");
         assert!(
-            counts.failed.is_empty(),
-            "{phase}, failed: {:?}",
-            counts.failed
+            raced.len() <= SHUTDOWN_RACE_ALLOWANCE,
+            "{phase}, failed: {raced:?}"
         );
         assert!(
             counts.unmutated.is_empty(),
@@ -322,10 +340,10 @@ async fn migrates_from_koord_manager_and_back_under_load() {
         None,
     )
     .await;
-    // 3. koord-manager's webhook off, once the API server has let go of its connections to it: the
-    // Service no longer leads there, and the API server closes a connection idle for 90 s.
-    tokio::time::sleep(API_SERVER_IDLE_CONNECTIONS).await;
+    // 3. koord-manager's webhook off.
+    let shutdown = Instant::now();
     manager_webhook(&node, false).await;
+    let shutdown = shutdown..Instant::now();
     // 4. Healthy.
     let status = node
         .exec(
@@ -345,7 +363,9 @@ async fn migrates_from_koord_manager_and_back_under_load() {
         String::from_utf8_lossy(&status.stdout),
         String::from_utf8_lossy(&status.stderr)
     );
-    let counts = load.stop_after(started, "migration to koord-webhook").await;
+    let counts = load
+        .stop_after(started, "migration to koord-webhook", Some(shutdown))
+        .await;
     assert!(counts.koordinator_sent > 20, "{counts:?}");
     assert!(
         service_selector(&node).await.contains("koord-webhook"),
@@ -394,6 +414,7 @@ async fn migrates_from_koord_manager_and_back_under_load() {
 
     // --- Working together after the migration.
     be_pod_runs_on_batch_resources(&node, &client).await;
+    quota_profile_and_scheduler_hold_pods_over_max(&node, &client).await;
 
     // --- The way back: koord-manager's webhook on, the Service back to it, koord-webhook removed
     // with its configurations kept for koord-manager.
@@ -427,7 +448,8 @@ async fn migrates_from_koord_manager_and_back_under_load() {
         "koord-webhook uninstall --keep-webhook-configurations: {}",
         String::from_utf8_lossy(&uninstall.stderr)
     );
-    load.stop_after(started, "way back to koord-manager").await;
+    load.stop_after(started, "way back to koord-manager", None)
+        .await;
     assert!(
         service_selector(&node).await.contains("koord-manager"),
         "the Service selects koord-manager's Pods"
@@ -507,4 +529,102 @@ async fn be_pod_runs_on_batch_resources(node: &Node, client: &kube::Client) {
     )
     .await;
     assert_eq!(bound, NODE_NAME);
+}
+
+/// An ElasticQuotaProfile makes koord-manager create the root quota of a tree, through koord-webhook's
+/// quota endpoints; a child quota with a max of 250m cpu under it: koord-scheduler's quota plugin
+/// binds two pods of 100m and holds the third.
+async fn quota_profile_and_scheduler_hold_pods_over_max(node: &Node, client: &kube::Client) {
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+        {"apiVersion": "quota.koordinator.sh/v1alpha1", "kind": "ElasticQuotaProfile",
+         "metadata": {"name": "team-profile", "namespace": NAMESPACE},
+         "spec": {"quotaName": "team-root", "resourceRatio": "0.9",
+                  // A quota with children must say so (Koordinator's rule, ours too).
+                  "quotaLabels": {"quota.scheduling.koordinator.sh/is-parent": "true"},
+                  "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": NODE_NAME}}}},
+    ]});
+    node.kubectl_ok(&["apply", "-f", "-"], Some(&objects.to_string()))
+        .await;
+    let root = eventually(
+        Duration::from_secs(60),
+        "koord-manager's ElasticQuota team-root from the profile",
+        || async {
+            let out = node
+                .kubectl(
+                    &[
+                        "-n",
+                        NAMESPACE,
+                        "get",
+                        "elasticquota",
+                        "team-root",
+                        "-o",
+                        "json",
+                    ],
+                    None,
+                )
+                .await;
+            out.status
+                .success()
+                .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
+        },
+    )
+    .await;
+    let labels = &root["metadata"]["labels"];
+    assert_eq!(
+        labels["quota.scheduling.koordinator.sh/is-root"], "true",
+        "{root}"
+    );
+    let tree = labels["quota.scheduling.koordinator.sh/tree-id"].clone();
+    assert!(tree.is_string(), "{root}");
+    let child = json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": {"name": "team-a", "namespace": "team-a", "labels": {
+            "quota.scheduling.koordinator.sh/parent": "team-root",
+            "quota.scheduling.koordinator.sh/tree-id": tree}},
+        "spec": {"min": {"cpu": "0", "memory": "0"}, "max": {"cpu": "250m", "memory": "1Gi"}}});
+    node.kubectl_ok(&["apply", "-f", "-"], Some(&child.to_string()))
+        .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+    for i in 1..=3 {
+        let mut pod = support::pod(
+            "team-a",
+            &format!("quota-{i}"),
+            json!({"quota.scheduling.koordinator.sh/name": "team-a"}),
+            json!({"cpu": "100m", "memory": "32Mi"}),
+        );
+        pod.spec.as_mut().unwrap().scheduler_name = Some("koord-scheduler".to_owned());
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        if i < 3 {
+            let name = format!("quota-{i}");
+            eventually(
+                Duration::from_secs(60),
+                "koord-scheduler binding a pod within the quota",
+                || async { pods.get(&name).await.ok()?.spec?.node_name },
+            )
+            .await;
+        }
+    }
+    // The third would take team-a over its max: held, with the scheduler's reason.
+    let reason = eventually(
+        Duration::from_secs(60),
+        "the third pod held by the quota plugin",
+        || async {
+            let p = pods.get("quota-3").await.ok()?;
+            assert!(
+                p.spec.as_ref()?.node_name.is_none(),
+                "quota-3 was bound over the quota's max"
+            );
+            let condition = p
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled")?;
+            (condition.status == "False").then(|| condition.message.unwrap_or_default())
+        },
+    )
+    .await;
+    eprintln!("quota-3 held: {reason}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let third = pods.get("quota-3").await.unwrap();
+    assert!(third.spec.unwrap().node_name.is_none(), "still held");
 }
