@@ -62,36 +62,32 @@ pub fn key_matches(cert_pem: &[u8], key_pem: &str) -> bool {
     let Ok(key) = KeyPair::from_pem(key_pem) else {
         return false;
     };
-    let Some(cert) = certificates(cert_pem)
-        .ok()
-        .and_then(|c| c.into_iter().next())
-    else {
-        return false;
-    };
-    match x509_parser::parse_x509_certificate(&cert) {
-        Ok((_, parsed)) => parsed.public_key().raw == key.subject_public_key_info().as_slice(),
-        Err(_) => false,
-    }
+    first_certificate(cert_pem, |parsed| {
+        parsed.public_key().raw == key.subject_public_key_info().as_slice()
+    })
+    .unwrap_or(false)
 }
 
 /// Whether the (first) certificate of `cert_pem` is a CA (basic constraints say so).
 pub fn is_ca(cert_pem: &[u8]) -> bool {
-    let Some(cert) = certificates(cert_pem)
-        .ok()
-        .and_then(|c| c.into_iter().next())
-    else {
-        return false;
-    };
-    x509_parser::parse_x509_certificate(&cert)
-        .ok()
-        .and_then(|(_, parsed)| {
-            parsed
-                .basic_constraints()
-                .ok()
-                .flatten()
-                .map(|c| c.value.ca)
-        })
-        .unwrap_or(false)
+    first_certificate(cert_pem, |parsed| {
+        parsed
+            .basic_constraints()
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.value.ca)
+    })
+    .unwrap_or(false)
+}
+
+/// `read` applied to the first certificate of `cert_pem`; `None` when there is none that parses.
+fn first_certificate<T>(
+    cert_pem: &[u8],
+    read: impl FnOnce(&x509_parser::certificate::X509Certificate<'_>) -> T,
+) -> Option<T> {
+    let cert = certificates(cert_pem).ok()?.into_iter().next()?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&cert).ok()?;
+    Some(read(&parsed))
 }
 
 /// The certificates of a PEM document, in order.

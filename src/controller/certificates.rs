@@ -214,17 +214,7 @@ impl Issuer {
         let Some(secret) = self.secrets().get_opt(name).await? else {
             return Ok(None);
         };
-        let text = |key: &str| {
-            secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .and_then(|b| String::from_utf8(b.0.clone()).ok())
-        };
-        let (Some(cert), Some(key)) = (
-            text(adopt::KOORDINATOR_CA_CERT),
-            text(adopt::KOORDINATOR_CA_KEY),
-        ) else {
+        let Some((cert, key)) = secrets::koordinator_ca_pem(&secret) else {
             return Ok(None);
         };
         match adopt::koordinator_ca(&cert, &key) {
@@ -259,7 +249,6 @@ impl Issuer {
         let now = SystemTime::now();
         let api = self.secrets();
         let ca_secret = api.get_opt(SECRET_CA).await?;
-        let ca_secret_exists = ca_secret.is_some();
         let stored_ca = ca_secret.as_ref().and_then(secrets::read_ca);
         let stored_tls = api
             .get_opt(SECRET_TLS)
@@ -269,7 +258,7 @@ impl Issuer {
 
         // The CA: keep it while it is usable; on first start take over koord-manager's when there
         // is one; a lost webhook-ca means a new one.
-        let first_start = stored_ca.is_none() && stored_tls.is_none() && !ca_secret_exists;
+        let first_start = ca_secret.is_none() && stored_tls.is_none();
         let adopted = match first_start {
             true => self.koordinator_ca().await?,
             false => None,

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 
 use crate::certs::PemPair;
-use crate::certs::authority;
+use crate::certs::{adopt, authority};
 use crate::names::{MANAGED_BY, SECRET_CA, SECRET_TLS, namespace};
 
 pub const PHASE_ANNOTATION: &str = "koord-webhook/ca-rotation-phase";
@@ -105,6 +105,14 @@ fn previous_ca(secret: &Secret) -> Option<PemPair> {
             })
         }
     }
+}
+
+/// The CA certificate and key koord-manager's webhook keeps in its Secret (certs::adopt), as text.
+pub fn koordinator_ca_pem(secret: &Secret) -> Option<(String, String)> {
+    Some((
+        text(secret, adopt::KOORDINATOR_CA_CERT)?,
+        text(secret, adopt::KOORDINATOR_CA_KEY)?,
+    ))
 }
 
 /// The CA state of `webhook-ca`; `None` when absent or unusable (then a new CA is made).

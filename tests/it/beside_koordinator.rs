@@ -52,6 +52,15 @@ fn components() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
+/// `kubectl apply --server-side` of `path`, with `extra` arguments (`--force-conflicts`, `-l ...`).
+async fn apply(node: &Node, path: &str, extra: &[&str]) {
+    let args: Vec<&str> = ["apply", "--server-side", "-f", path]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    node.kubectl_ok(&args, None).await;
+}
+
 /// What a client saw of admission while the load ran.
 #[derive(Debug, Default)]
 struct Counts {
@@ -286,23 +295,14 @@ async fn migrates_from_koord_manager_and_back_under_load() {
 
     // --- Koordinator as a user runs it: its CRDs, koord-manager with its webhook, koord-scheduler.
     let crds = built.join("crds");
-    node.kubectl_ok(
-        &["apply", "--server-side", "-f", crds.to_str().unwrap()],
-        None,
-    )
-    .await;
+    apply(&node, crds.to_str().unwrap(), &[]).await;
     for file in [KOORDINATOR_INSTALL, KOORDINATOR_CONFIGURATIONS] {
-        node.kubectl_ok(&["apply", "--server-side", "-f", &repo(file)], None)
-            .await;
+        apply(&node, &repo(file), &[]).await;
     }
     rolled_out(&node, "koord-manager", Duration::from_secs(120)).await;
     rolled_out(&node, "koord-scheduler", Duration::from_secs(120)).await;
     let profile = support::fixture("colocation/spark.yaml");
-    node.kubectl_ok(
-        &["apply", "--server-side", "-f", profile.to_str().unwrap()],
-        None,
-    )
-    .await;
+    apply(&node, profile.to_str().unwrap(), &[]).await;
     eventually(
         Duration::from_secs(60),
         "koord-manager's webhook mutating a spark pod",
@@ -315,55 +315,22 @@ async fn migrates_from_koord_manager_and_back_under_load() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let started = Instant::now();
     // 1. koord-webhook beside koord-manager, all but the Service; it takes over koord-manager's CA.
-    node.kubectl_ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &repo(INSTALL),
-            "-l",
-            ALL_BUT_THE_SERVICE,
-        ],
-        None,
+    let take_over = ["--force-conflicts"];
+    apply(
+        &node,
+        &repo(INSTALL),
+        &["--force-conflicts", "-l", ALL_BUT_THE_SERVICE],
     )
     .await;
     rolled_out(&node, "koord-webhook", Duration::from_secs(180)).await;
     // 2. The Service moves to koord-webhook's ready replicas.
-    node.kubectl_ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &repo(INSTALL),
-        ],
-        None,
-    )
-    .await;
+    apply(&node, &repo(INSTALL), &take_over).await;
     // 3. koord-manager's webhook off.
     let shutdown = Instant::now();
     manager_webhook(&node, false).await;
     let shutdown = shutdown..Instant::now();
     // 4. Healthy.
-    let status = node
-        .exec(
-            &[
-                env!("CARGO_BIN_EXE_koord-webhook"),
-                "status",
-                "--wait",
-                "--timeout",
-                "2m",
-            ],
-            None,
-        )
-        .await;
-    assert!(
-        status.status.success(),
-        "koord-webhook status after the migration: {}{}",
-        String::from_utf8_lossy(&status.stdout),
-        String::from_utf8_lossy(&status.stderr)
-    );
+    node.wait_healthy(NAMESPACE).await;
     let counts = load
         .stop_after(
             started,
@@ -428,28 +395,11 @@ async fn migrates_from_koord_manager_and_back_under_load() {
     let started = Instant::now();
     manager_webhook(&node, true).await;
     let moving = Instant::now();
-    node.kubectl_ok(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &repo(KOORDINATOR_INSTALL),
-        ],
-        None,
-    )
-    .await;
+    apply(&node, &repo(KOORDINATOR_INSTALL), &take_over).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let moving = moving..Instant::now();
     let uninstall = node
-        .exec(
-            &[
-                env!("CARGO_BIN_EXE_koord-webhook"),
-                "uninstall",
-                "--keep-webhook-configurations",
-            ],
-            None,
-        )
+        .koord_webhook(&["uninstall", "--keep-webhook-configurations"])
         .await;
     assert!(
         uninstall.status.success(),

@@ -585,10 +585,8 @@ async fn installed_from_the_manifests_on_a_real_node() {
         assert!(entry.client_config.url.is_none());
     }
     // `status` as a script after an install uses it: healthy, with both replicas behind the Service.
-    wait_healthy(&node, NAMESPACE).await;
-    let text = node
-        .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "status"], None)
-        .await;
+    node.wait_healthy(NAMESPACE).await;
+    let text = node.koord_webhook(&["status"]).await;
     eprintln!(
         "`koord-webhook status` on the node:\n{}",
         String::from_utf8_lossy(&text.stdout)
@@ -738,9 +736,7 @@ async fn installed_from_the_manifests_on_a_real_node() {
     outage_blocks_only_koordinator_pods(&node, &client).await;
 
     // --- Uninstall: afterwards pods are created normally, nothing points at a missing Service.
-    let out = node
-        .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "uninstall"], None)
-        .await;
+    let out = node.koord_webhook(&["uninstall"]).await;
     assert!(
         out.status.success(),
         "koord-webhook uninstall failed: {}{}",
@@ -750,9 +746,7 @@ async fn installed_from_the_manifests_on_a_real_node() {
     let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     assert!(m.get_opt(MUTATING).await.unwrap().is_none());
     assert!(v.get_opt(VALIDATING).await.unwrap().is_none());
-    let status = node
-        .exec(&[env!("CARGO_BIN_EXE_koord-webhook"), "status"], None)
-        .await;
+    let status = node.koord_webhook(&["status"]).await;
     let text = String::from_utf8_lossy(&status.stdout);
     eprintln!("`koord-webhook status` after uninstall:\n{text}");
     assert_eq!(
@@ -996,33 +990,6 @@ async fn widening_misses_no_pod(client: &kube::Client) {
 
 /// `koord-webhook status --wait` as a script after an install runs it: exit 0 (healthy), with both
 /// replicas behind the Service.
-async fn wait_healthy(node: &Node, namespace: &str) {
-    let out = node
-        .exec(
-            &[
-                env!("CARGO_BIN_EXE_koord-webhook"),
-                "status",
-                "--namespace",
-                namespace,
-                "--wait",
-                "--timeout",
-                "2m",
-                "-o",
-                "json",
-            ],
-            None,
-        )
-        .await;
-    let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "healthy in {namespace}: {status} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(status["readyEndpoints"], 2, "{status}");
-}
-
 /// `helm install` of charts/koord-webhook (into `koord-helm`, Koordinator's CRDs already there),
 /// admission through it, `status` healthy; `helm upgrade` of a setting, which reaches the entries
 /// while the caBundle stays; `helm uninstall`, after which nothing is left pointing at the replicas
@@ -1060,7 +1027,7 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
         "3m",
     ]))
     .await;
-    wait_healthy(node, HELM_NS).await;
+    node.wait_healthy(HELM_NS).await;
     eprintln!(
         "helm install to healthy in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -1124,18 +1091,14 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
         "helm upgrade kept the caBundle"
     );
     let status = node
-        .exec(
-            &[
-                env!("CARGO_BIN_EXE_koord-webhook"),
-                "status",
-                "--namespace",
-                HELM_NS,
-                "--wait",
-                "--timeout",
-                "2m",
-            ],
-            None,
-        )
+        .koord_webhook(&[
+            "status",
+            "--namespace",
+            HELM_NS,
+            "--wait",
+            "--timeout",
+            "2m",
+        ])
         .await;
     assert_eq!(
         status.status.code(),

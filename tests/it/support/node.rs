@@ -139,6 +139,38 @@ impl Node {
         super::succeeded(args, &out)
     }
 
+    /// Runs this build's `koord-webhook` with `args` inside the namespace.
+    pub async fn koord_webhook(&self, args: &[&str]) -> Output {
+        let command: Vec<&str> = std::iter::once(env!("CARGO_BIN_EXE_koord-webhook"))
+            .chain(args.iter().copied())
+            .collect();
+        self.exec(&command, None).await
+    }
+
+    /// `koord-webhook status --wait` in `namespace` passes, with both replicas behind the Service.
+    pub async fn wait_healthy(&self, namespace: &str) {
+        let out = self
+            .koord_webhook(&[
+                "status",
+                "--namespace",
+                namespace,
+                "--wait",
+                "--timeout",
+                "2m",
+                "-o",
+                "json",
+            ])
+            .await;
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "healthy in {namespace}: {status} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(status["readyEndpoints"], 2, "{status}");
+    }
+
     /// Applies the repository's install file as the README says, unchanged.
     pub async fn install(&self) -> Output {
         let path = repo("manifests/install.yaml");
