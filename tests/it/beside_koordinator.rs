@@ -740,9 +740,9 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
     )
     .await
     .unwrap();
-    // koord-scheduler v1.8.0 does not place this pod into the Reservation here ("node(s) no
-    // reservations match reservation affinity"; docs/migration.md): admission is what this step
-    // checks.
+    // koord-scheduler v1.8.0 does not place this pod into the Reservation here, with or without
+    // koord-webhook ("node(s) no reservations match reservation affinity"; docs/migration.md):
+    // admission is what this step checks.
     pods.delete("claims-demo", &Default::default())
         .await
         .unwrap();
