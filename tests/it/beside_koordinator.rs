@@ -612,7 +612,7 @@ async fn quota_profile_and_scheduler_hold_pods_over_max(node: &Node, client: &ku
 /// `/mutate-reservation` (koord-scheduler as its scheduler), koord-scheduler makes it Available on
 /// the node; with `ReservationAffinityValidation` turned on (the Deployment's environment, as a
 /// user sets a gate), a pod naming a missing Reservation is refused and a pod naming this one is
-/// admitted.
+/// admitted and placed into it by koord-scheduler.
 async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
     let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-r"}},
@@ -740,9 +740,31 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
     )
     .await
     .unwrap();
-    // koord-scheduler v1.8.0 does not place this pod into the Reservation here, with or without
-    // koord-webhook ("node(s) no reservations match reservation affinity"; docs/migration.md):
-    // admission is what this step checks.
+    // koord-scheduler places the pod into the Reservation: bound to its node, the Reservation's
+    // current owner, and (allocateOnce) used up.
+    let bound = bound_within(&pods, "claims-demo", Duration::from_secs(60)).await;
+    assert_eq!(bound, NODE_NAME);
+    let claimed = eventually(
+        Duration::from_secs(30),
+        "the Reservation naming claims-demo as its owner",
+        || async {
+            let out = node
+                .kubectl(&["get", "reservation", "reserve-demo", "-o", "json"], None)
+                .await;
+            let status = status(&out);
+            (status["currentOwners"][0]["name"] == "claims-demo").then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(claimed["phase"], "Succeeded", "{claimed}");
+    let pod = pods.get("claims-demo").await.unwrap();
+    let allocated = pod
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove("scheduling.koordinator.sh/reservation-allocated")
+        .unwrap_or_default();
+    assert!(allocated.contains("reserve-demo"), "{allocated}");
     pods.delete("claims-demo", &Default::default())
         .await
         .unwrap();
