@@ -11,8 +11,8 @@ use crate::admission::settings::{
     DEFAULT_ENHANCED_VALIDATOR_CONFIG, DEFAULT_MAX_AMPLIFICATION_RATIO, DEFAULT_SLO_CONFIG_NAME,
     Settings,
 };
-use crate::controller::CertMode;
 use crate::duration::parse_duration_arg;
+use crate::operator::CertMode;
 use crate::server::Limits;
 use crate::server::limits;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The process's Prometheus registry, served as text on `/metrics`. Each subsystem's metrics live
 //! with it and register themselves here under `koord_webhook_`: `admission/metrics.rs`,
-//! `cache/metrics.rs`, `controller/metrics.rs`; beside them `koord_webhook_build_info` and the
+//! `cache/metrics.rs`, `operator/metrics.rs`; beside them `koord_webhook_build_info` and the
 //! standard `process_*` metrics. Names follow Prometheus conventions: counters end in `_total`,
 //! units are in the name, points in time are `_timestamp_seconds`.
 
@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admission::metrics::AdmissionMetrics;
 use crate::cache::metrics::CacheMetrics;
-use crate::controller::metrics::OperatorMetrics;
+use crate::operator::metrics::OperatorMetrics;
 use crate::process_metrics::ProcessCollector;
 
 /// By kind of object (cache contents, watches, writes).
@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn the_alerts_and_the_dashboard_query_metrics_that_exist() {
         use crate::admission::metrics::{DenialLabels, ErrorLabels, WebhookLabels};
-        use crate::controller::metrics::{CertLabels, ConfigurationLabels};
+        use crate::operator::metrics::{CertLabels, ConfigurationLabels};
         // A family is announced once it has a sample: one of each kind the queries read.
         let metrics = super::Metrics::new();
         let webhook = "/validate-pod";

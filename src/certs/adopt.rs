@@ -19,9 +19,13 @@ pub const KOORDINATOR_CA_KEY: &str = "ca-key.pem";
 /// rsaEncryption (RFC 8017), the algorithm of a PKCS#1 key inside PKCS#8.
 const RSA_ENCRYPTION: &[u64] = &[1, 2, 840, 113549, 1, 1, 1];
 
-/// koord-manager's CA as a pair rcgen signs with: a CA certificate that is valid now and whose key
-/// is the certificate's; the key converted to PKCS#8 PEM when it is PKCS#1.
-pub fn koordinator_ca(cert_pem: &str, key_pem: &str) -> Result<PemPair, CertError> {
+/// koord-manager's CA as a pair rcgen signs with: a CA certificate that is valid at `now` and whose
+/// key is the certificate's; the key converted to PKCS#8 PEM when it is PKCS#1.
+pub fn koordinator_ca(
+    cert_pem: &str,
+    key_pem: &str,
+    now: std::time::SystemTime,
+) -> Result<PemPair, CertError> {
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
         .map_err(|e| CertError::Ca(format!("the CA key does not read as PEM: {e}")))?;
     let pkcs8 = match key {
@@ -40,7 +44,6 @@ pub fn koordinator_ca(cert_pem: &str, key_pem: &str) -> Result<PemPair, CertErro
     };
     let (from, until) = authority::validity(cert_pem.as_bytes())
         .map_err(|e| CertError::Ca(format!("the CA certificate: {e}")))?;
-    let now = std::time::SystemTime::now();
     if now < from || now >= until {
         return Err(CertError::Ca("the CA certificate is not valid now".into()));
     }
@@ -88,7 +91,12 @@ mod tests {
     fn koord_managers_ca_signs_our_serving_pairs() {
         let key = fixture(KOORDINATOR_CA_KEY);
         assert!(key.starts_with("-----BEGIN RSA PRIVATE KEY-----"));
-        let ca = koordinator_ca(&fixture(KOORDINATOR_CA_CERT), &key).unwrap();
+        let ca = koordinator_ca(
+            &fixture(KOORDINATOR_CA_CERT),
+            &key,
+            std::time::SystemTime::now(),
+        )
+        .unwrap();
         assert!(ca.key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
         let host = "koordinator-webhook-service.koordinator-system.svc";
         let serving =
@@ -96,7 +104,10 @@ mod tests {
         authority::verify_serving(serving.cert_pem.as_bytes(), ca.cert_pem.as_bytes(), host)
             .unwrap();
         // Adopting twice gives the same pair (a re-read CA is not a new CA).
-        assert_eq!(koordinator_ca(&ca.cert_pem, &ca.key_pem).unwrap(), ca);
+        assert_eq!(
+            koordinator_ca(&ca.cert_pem, &ca.key_pem, std::time::SystemTime::now()).unwrap(),
+            ca
+        );
     }
 
     #[test]
@@ -112,15 +123,21 @@ mod tests {
             ),
         ];
         for (cert, key, why) in cases {
-            let error = koordinator_ca(cert, key).unwrap_err().to_string();
+            let error = koordinator_ca(cert, key, std::time::SystemTime::now())
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(why), "{error}");
         }
         // A serving certificate is not a CA.
         let serving =
             authority::issue_serving(&other, &["a".into()], Duration::from_secs(600)).unwrap();
-        let error = koordinator_ca(&serving.cert_pem, &serving.key_pem)
-            .unwrap_err()
-            .to_string();
+        let error = koordinator_ca(
+            &serving.cert_pem,
+            &serving.key_pem,
+            std::time::SystemTime::now(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("not a CA"), "{error}");
     }
 }

@@ -18,10 +18,15 @@ pub enum PemError {
     Malformed(String),
 }
 
-/// A new CA (ECDSA P-256) valid for `validity`.
+/// A new CA (ECDSA P-256) valid for `validity` from now.
 pub fn issue_ca(validity: Duration) -> Result<PemPair, CertError> {
+    issue_ca_at(validity, SystemTime::now())
+}
+
+/// A new CA (ECDSA P-256) valid for `validity` from `now`.
+pub fn issue_ca_at(validity: Duration, now: SystemTime) -> Result<PemPair, CertError> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = base_params("koord-webhook-ca", validity)?;
+    let mut params = base_params("koord-webhook-ca", validity, now)?;
     // pathLen 0: the CA signs serving certificates only, never another CA.
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
@@ -32,11 +37,21 @@ pub fn issue_ca(validity: Duration) -> Result<PemPair, CertError> {
     })
 }
 
-/// A serving certificate for `hosts` (DNS names or IP literals) signed by `ca`.
+/// A serving certificate for `hosts` (DNS names or IP literals) signed by `ca`, valid from now.
 pub fn issue_serving(
     ca: &PemPair,
     hosts: &[String],
     validity: Duration,
+) -> Result<PemPair, CertError> {
+    issue_serving_at(ca, hosts, validity, SystemTime::now())
+}
+
+/// A serving certificate for `hosts` signed by `ca`, valid from `now`.
+pub fn issue_serving_at(
+    ca: &PemPair,
+    hosts: &[String],
+    validity: Duration,
+    now: SystemTime,
 ) -> Result<PemPair, CertError> {
     let ca_key = KeyPair::from_pem(&ca.key_pem)?;
     let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
@@ -45,9 +60,9 @@ pub fn issue_serving(
     let ca_left = self::validity(ca.cert_pem.as_bytes())
         .map_err(|e| CertError::Ca(e.to_string()))?
         .1
-        .duration_since(SystemTime::now())
+        .duration_since(now)
         .unwrap_or_default();
-    let mut params = serving_params("koord-webhook", hosts, validity.min(ca_left))?;
+    let mut params = serving_params("koord-webhook", hosts, validity.min(ca_left), now)?;
     params.use_authority_key_identifier_extension = true;
     let cert = params.signed_by(&key, &issuer)?;
     Ok(PemPair {
@@ -134,6 +149,11 @@ pub fn needs_renewal(pem: &[u8], fraction: f64, now: SystemTime) -> bool {
     }
 }
 
+/// Whether the certificate is past its not-after at `now` (or does not parse).
+pub fn expired(pem: &[u8], now: SystemTime) -> bool {
+    !validity(pem).is_ok_and(|(_, until)| until > now)
+}
+
 /// The PEM text of several certificates, one after the other.
 pub fn bundle<'a>(certs: impl IntoIterator<Item = &'a str>) -> String {
     certs
@@ -143,8 +163,18 @@ pub fn bundle<'a>(certs: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// Checks that `serving_pem` chains to a certificate of `bundle_pem` for `host`, as the API server
-/// would when it calls the webhook at that host.
+/// would when it calls the webhook at that host now.
 pub fn verify_serving(serving_pem: &[u8], bundle_pem: &[u8], host: &str) -> Result<(), String> {
+    verify_serving_at(serving_pem, bundle_pem, host, SystemTime::now())
+}
+
+/// [`verify_serving`] as an API server would check it at `now`.
+pub fn verify_serving_at(
+    serving_pem: &[u8],
+    bundle_pem: &[u8],
+    host: &str,
+    now: SystemTime,
+) -> Result<(), String> {
     let mut roots = rustls::RootCertStore::empty();
     let ca_certs = certificates(bundle_pem).map_err(|e| format!("caBundle: {e}"))?;
     let (added, _) = roots.add_parsable_certificates(ca_certs);
@@ -161,7 +191,16 @@ pub fn verify_serving(serving_pem: &[u8], bundle_pem: &[u8], host: &str) -> Resu
     let name = ServerName::try_from(host.to_owned()).map_err(|e| format!("host {host}: {e}"))?;
     use rustls::client::danger::ServerCertVerifier;
     verifier
-        .verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now())
+        .verify_server_cert(
+            &chain[0],
+            &chain[1..],
+            &name,
+            &[],
+            UnixTime::since_unix_epoch(
+                now.duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default(),
+            ),
+        )
         .map(|_| ())
         .map_err(|e| {
             format!("the serving certificate does not verify against the caBundle for {host}: {e}")

@@ -1,6 +1,6 @@
 //! Issuing certificates with rcgen. No HTTP and no Kubernetes calls here.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
@@ -51,13 +51,18 @@ fn random_serial() -> Result<SerialNumber, CertError> {
     Ok(SerialNumber::from_slice(&bytes))
 }
 
-/// Subject, validity window (back-dated) and a random serial: where every certificate here starts.
-fn base_params(common_name: &str, validity: Duration) -> Result<CertificateParams, CertError> {
+/// Subject, validity window from `now` (back-dated) and a random serial: where every certificate
+/// here starts.
+fn base_params(
+    common_name: &str,
+    validity: Duration,
+    now: SystemTime,
+) -> Result<CertificateParams, CertError> {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, common_name);
     params.distinguished_name = dn;
-    let now = OffsetDateTime::now_utc();
+    let now = OffsetDateTime::from(now);
     params.not_before = now - BACKDATE;
     params.not_after = now + validity;
     params.serial_number = Some(random_serial()?);
@@ -69,8 +74,9 @@ fn serving_params(
     common_name: &str,
     hosts: &[String],
     validity: Duration,
+    now: SystemTime,
 ) -> Result<CertificateParams, CertError> {
-    let mut params = base_params(common_name, validity)?;
+    let mut params = base_params(common_name, validity, now)?;
     params.subject_alt_names = CertificateParams::new(hosts.to_vec())?.subject_alt_names;
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -85,7 +91,8 @@ pub fn self_signed(
     validity: Duration,
 ) -> Result<PemPair, CertError> {
     let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let cert = serving_params(common_name, hosts, validity)?.self_signed(&key)?;
+    let cert =
+        serving_params(common_name, hosts, validity, SystemTime::now())?.self_signed(&key)?;
     Ok(PemPair {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),

@@ -13,14 +13,14 @@ use crate::admission::{Services, Settings};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
-use crate::controller::certificates::CertPolicy;
-use crate::controller::leader::LeaseTimings;
-use crate::controller::metrics::CertLabels;
-use crate::controller::webhook_configs::Desired;
-use crate::controller::{self, OperatorConfig, serving_hosts};
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
 use crate::names::{SERVICE_NAME, namespace};
+use crate::operator::certificates::CertPolicy;
+use crate::operator::leader::LeaseTimings;
+use crate::operator::metrics::CertLabels;
+use crate::operator::webhook_keeper::Desired;
+use crate::operator::{self, OperatorConfig, serving_hosts};
 use crate::server::{self, Shared};
 use crate::state::State;
 use crate::stores::pod_reach::KubePodReachGuard;
@@ -225,7 +225,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let operator_task = operator.map(|(client, writer)| {
         let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
         tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
-        tokio::spawn(controller::run(
+        tokio::spawn(operator::run(
             client,
             config,
             state.clone(),

@@ -20,11 +20,11 @@ use serde::de::DeserializeOwned;
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::certs::authority;
 use crate::cli::{OutputFormat, StatusArgs};
-use crate::controller::secrets::{self, PHASE_ANNOTATION};
-use crate::controller::webhook_configs;
 use crate::names::{
     LEASE, MUTATING_CONFIGURATION, SECRET_TLS, SERVICE_NAME, VALIDATING_CONFIGURATION,
 };
+use crate::operator::secrets::{self, PHASE_ANNOTATION};
+use crate::operator::webhook_keeper;
 
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
@@ -207,7 +207,7 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
     }
     let trusted = tls.as_ref().map(|t| t.bundle.clone()).unwrap_or_default();
 
-    let published = webhook_configs::published_entries(client).await?;
+    let published = webhook_keeper::published_entries(client).await?;
     let via_service = published
         .iter()
         .flat_map(|(_, entries)| entries.iter().flatten())

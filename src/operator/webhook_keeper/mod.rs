@@ -21,8 +21,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
-use super::certificates::IssueError;
 use super::leader::Leadership;
+use super::write_error::WriteError;
 use crate::admission::narrowing::pod::PodEntry;
 use crate::features::FeatureGates;
 use crate::install::webhook_configurations;
@@ -320,7 +320,7 @@ async fn converge<C: Configuration>(
     keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-) -> Result<Option<Written>, IssueError> {
+) -> Result<Option<Written>, WriteError> {
     let Keeper {
         client,
         fence,
@@ -409,9 +409,9 @@ async fn converge_or_widen<C: Configuration>(
     keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-) -> Result<Option<Written>, IssueError> {
+) -> Result<Option<Written>, WriteError> {
     match converge::<C>(keeper, desired, bundle).await {
-        Err(IssueError::Kube(kube::Error::Api(refusal)))
+        Err(WriteError::Api(kube::Error::Api(refusal)))
             if refusal.code == 422 && desired.target.narrow_calls =>
         {
             tracing::warn!(
@@ -444,7 +444,7 @@ pub async fn converge_all(
     keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-) -> Result<Vec<Written>, IssueError> {
+) -> Result<Vec<Written>, WriteError> {
     let mutating =
         converge_or_widen::<MutatingWebhookConfiguration>(keeper, desired, bundle).await?;
     let validating =

@@ -220,7 +220,7 @@ fn entries_of_gates_off_go_and_missing_ones_come() {
 // The steps against a scripted API server: exactly these calls, in this order.
 mod against_the_api {
     use super::*;
-    use crate::controller::scripted_api::{self, Step};
+    use crate::operator::scripted_api::{self, Step};
     use base64::Engine;
     use hyper::http::{Method, StatusCode};
 
@@ -367,7 +367,7 @@ mod against_the_api {
 
     #[tokio::test]
     async fn a_replica_without_the_lease_reads_but_writes_nothing() {
-        let (follower, _election) = crate::controller::leader::election(Default::default());
+        let (follower, _election) = crate::operator::leader::election(Default::default());
         assert!(!follower.is_leader());
         let (client, server) = scripted_api::client(vec![Step::new(
             Method::GET,
@@ -383,7 +383,7 @@ mod against_the_api {
         .await;
         drop(client);
         assert!(
-            matches!(result, Err(IssueError::NotLeader(_))),
+            matches!(result, Err(WriteError::NotLeader(_))),
             "{result:?}"
         );
         assert_eq!(server.await.unwrap().len(), 1, "no write after the read");

@@ -8,8 +8,9 @@ pub mod leader;
 pub mod metrics;
 #[cfg(test)]
 pub(crate) mod scripted_api;
-pub mod secrets;
-pub mod webhook_configs;
+pub(crate) mod secrets;
+pub mod webhook_keeper;
+pub mod write_error;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +39,7 @@ use metrics::ConfigurationLabels;
 
 /// The longest one certificate and webhook-configuration pass of the leader may take.
 const PASS_TIMEOUT: Duration = Duration::from_secs(30);
-use webhook_configs::Desired;
+use webhook_keeper::Desired;
 
 /// Who issues the serving certificate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -348,7 +349,7 @@ async fn issue_as_leader(
             .desired
             .target
             .narrow_calls
-            .then(|| webhook_configs::PodReachSource::new(cache, config.narrow_hold)),
+            .then(|| webhook_keeper::PodReachSource::new(cache, config.narrow_hold)),
     };
     let mut wait = Duration::ZERO;
     let mut kicked = Box::pin(kick.notified());
@@ -403,7 +404,7 @@ async fn check_readiness(
     let mut last_published: Option<Result<Vec<u8>, String>> = None;
     loop {
         let kicked = kick.notified();
-        match webhook_configs::published_bundle(&client).await {
+        match webhook_keeper::published_bundle(&client).await {
             Ok(published) => last_published = Some(published),
             Err(e) => tracing::debug!(
                 error = %e,

@@ -1,0 +1,301 @@
+//! The leader's certificate work (docs/certificates.md): issue the CA and the serving pair, renew
+//! them before they run out, rotate the CA in stages, recover lost Secrets, and publish the bundle
+//! in the webhook configurations. One pass of [`Issuer::reconcile`] reads both Secrets, asks the
+//! planner (`plan.rs`, no I/O) what comes next, writes what changed behind the fence, publishes
+//! the bundle, then lets the planner move the rotation's phase on. It runs on start, on every watch
+//! event of the Secrets and configurations, and on a timer.
+
+mod plan;
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource};
+
+use super::metrics::CertLabels;
+use super::secrets;
+use super::webhook_keeper::{self, Desired};
+use super::write_error::WriteError;
+use crate::certs::{CertError, PemPair, adopt, authority};
+use crate::metrics::{KindLabels, Metrics};
+use crate::names::FIELD_MANAGER;
+use crate::names::namespace;
+use crate::names::{SECRET_CA, SECRET_TLS};
+use plan::{CertEvent, KoordinatorCa, Observed};
+pub use plan::{CertPolicy, Next};
+
+/// Why a certificate pass stopped: a read or write of the API, the fence, or issuing.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error(transparent)]
+    Cert(#[from] CertError),
+}
+
+impl From<kube::Error> for PassError {
+    fn from(e: kube::Error) -> Self {
+        PassError::Write(e.into())
+    }
+}
+
+pub struct Issuer {
+    pub client: Client,
+    pub policy: CertPolicy,
+    pub desired: Desired,
+    pub recorder: Recorder,
+    /// Checked right before every write (fencing).
+    pub leadership: super::leader::Leadership,
+    pub absence: super::webhook_keeper::Absence,
+    /// Derives the pod entries' reach (calls narrowed only).
+    pub pod_reach: Option<super::webhook_keeper::PodReachSource>,
+}
+
+impl Issuer {
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), namespace())
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(SECRET_TLS.to_owned()),
+                namespace: Some(namespace().to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        self.event_on(&secret.object_ref(&()), type_, reason, note)
+            .await;
+    }
+
+    async fn event_on(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(error = %e, reason, "could not record an event");
+        }
+    }
+
+    /// One Event per configuration and kind of write, regarding the configuration: the caBundle
+    /// published (Normal), which requests are sent changed (Normal), other owned fields put back
+    /// after a hand edit (Warning, naming each), narrowed entries refused and written wide (Warning).
+    async fn record_writes(&self, written: &[webhook_keeper::Written]) {
+        use webhook_keeper::WriteKind;
+        for configuration in written {
+            if let Some(refusal) = &configuration.narrowing_refused {
+                let note = format!(
+                    "the API server refused the matchConditions, entries written wide: {refusal}"
+                );
+                self.event_on(
+                    &configuration.reference,
+                    EventType::Warning,
+                    "NarrowingRefused",
+                    note,
+                )
+                .await;
+            }
+            for kind in [WriteKind::Endpoint, WriteKind::Calls, WriteKind::Drift] {
+                let fields: Vec<_> = configuration
+                    .fields
+                    .iter()
+                    .filter(|(_, field)| field.write_kind() == kind)
+                    .collect();
+                if fields.is_empty() {
+                    continue;
+                }
+                let entries: Vec<&str> = fields.iter().map(|(e, _)| e.as_str()).collect();
+                let (type_, reason, note) = match kind {
+                    WriteKind::Endpoint => (
+                        EventType::Normal,
+                        "CABundlePublished",
+                        format!("caBundle published on {}", entries.join(", ")),
+                    ),
+                    WriteKind::Calls => (
+                        EventType::Normal,
+                        "MatchConditionsChanged",
+                        format!("which requests are sent changed on {}", entries.join(", ")),
+                    ),
+                    WriteKind::Drift => {
+                        let named: Vec<String> = fields
+                            .iter()
+                            .map(|(e, f)| format!("{e} {}", f.name()))
+                            .collect();
+                        let note = format!(
+                            "put back to the configured value (edit the install's settings instead): {}",
+                            named.join(", ")
+                        );
+                        tracing::warn!(configuration = ?configuration.reference.name, "{note}");
+                        (EventType::Warning, "DriftRepaired", note)
+                    }
+                };
+                self.event_on(&configuration.reference, type_, reason, note)
+                    .await;
+            }
+        }
+    }
+
+    async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), WriteError> {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.leadership.check()?;
+        if let Err(e) = self
+            .secrets()
+            .patch(&name, &params, &Patch::Apply(secret))
+            .await
+        {
+            self.event(
+                EventType::Warning,
+                "WriteFailed",
+                format!("could not write Secret {name}: {e}"),
+            )
+            .await;
+            return Err(e.into());
+        }
+        metrics
+            .operator
+            .writes
+            .get_or_create(&KindLabels { kind: "secret" })
+            .inc();
+        Ok(())
+    }
+
+    /// koord-manager's CA, read on a first start only: `None` when its Secret or its keys are absent.
+    async fn koordinator_ca(&self) -> Result<Option<KoordinatorCa>, PassError> {
+        let Some(name) = &self.policy.adopt_ca_secret else {
+            return Ok(None);
+        };
+        let Some(secret) = self.secrets().get_opt(name).await? else {
+            return Ok(None);
+        };
+        Ok(
+            secrets::koordinator_ca_pem(&secret).map(|(cert, key)| KoordinatorCa {
+                secret: name.clone(),
+                ca: adopt::koordinator_ca(&cert, &key, SystemTime::now()),
+            }),
+        )
+    }
+
+    /// One pass: read, plan, write behind the fence, publish, record; then the phase clock.
+    pub async fn reconcile(&self, metrics: &Metrics) -> Result<Next, PassError> {
+        let api = self.secrets();
+        let ca_secret = api.get_opt(SECRET_CA).await?;
+        let tls_secret = api.get_opt(SECRET_TLS).await?;
+        let first_start = plan::is_first_start(ca_secret.is_some(), tls_secret.is_some());
+        let observed = Observed {
+            ca: ca_secret.as_ref().and_then(secrets::read_ca),
+            tls: tls_secret.as_ref().and_then(secrets::read_tls),
+            koordinator_ca: match first_start {
+                true => self.koordinator_ca().await?,
+                false => None,
+            },
+        };
+        let plan = plan::plan(observed, &self.policy, SystemTime::now())?;
+        if plan.write_ca {
+            self.apply(&secrets::ca_secret(&plan.ca), metrics).await?;
+        }
+        if plan.write_tls {
+            self.apply(&secrets::tls_secret(&plan.tls, &plan.ca), metrics)
+                .await?;
+        }
+        for certificate in &plan.issued {
+            metrics
+                .operator
+                .cert_rotations
+                .get_or_create(&CertLabels {
+                    certificate: certificate.label(),
+                })
+                .inc();
+        }
+        for event in &plan.events {
+            self.record(event).await;
+        }
+        record_not_after(metrics, &plan.ca.ca, &plan.tls.serving);
+        metrics
+            .operator
+            .ca_rotation_phase
+            .set(plan.ca.phase.number());
+
+        let keeper = webhook_keeper::Keeper {
+            client: &self.client,
+            fence: &self.leadership,
+            absence: &self.absence,
+            pods: self.pod_reach.as_ref(),
+        };
+        let written =
+            webhook_keeper::converge_all(&keeper, &self.desired, plan.tls.bundle.as_bytes())
+                .await?;
+        self.record_writes(&written).await;
+        if !written.is_empty() {
+            metrics
+                .operator
+                .writes
+                .get_or_create(&KindLabels {
+                    kind: "webhookconfiguration",
+                })
+                .inc();
+            tracing::info!("webhook configurations updated");
+        }
+
+        // Rotation steps that wait on the published bundle or on time.
+        let bundle_in_place = match plan.ca.phase {
+            secrets::Phase::Publishing => matches!(
+                webhook_keeper::published_bundle(&self.client).await,
+                Ok(Ok(b)) if b.as_slice() == plan.tls.bundle.as_bytes()
+            ),
+            _ => false,
+        };
+        let step = plan::phase_step(&plan.ca, bundle_in_place, &self.policy, SystemTime::now());
+        if let Some((ca, event)) = &step.advance {
+            self.apply(&secrets::ca_secret(ca), metrics).await?;
+            metrics.operator.ca_rotation_phase.set(ca.phase.number());
+            self.record(event).await;
+        }
+        Ok(step.next)
+    }
+
+    async fn record(&self, event: &CertEvent) {
+        let type_ = match event.is_warning() {
+            true => EventType::Warning,
+            false => EventType::Normal,
+        };
+        self.event(type_, event.reason(), event.note()).await;
+    }
+
+    /// When the next renewal check is due at the latest: a tenth of the shorter lifetime, at most
+    /// a minute.
+    pub fn tick(&self) -> Duration {
+        (self.policy.cert_validity.min(self.policy.ca_validity) / 10)
+            .clamp(Duration::from_millis(500), Duration::from_secs(60))
+    }
+}
+
+pub fn record_not_after(metrics: &Metrics, ca: &PemPair, serving: &PemPair) {
+    for (certificate, pair) in [("ca", ca), ("serving", serving)] {
+        if let Ok((_, until)) = authority::validity(pair.cert_pem.as_bytes()) {
+            let secs = until
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            metrics
+                .operator
+                .cert_not_after
+                .get_or_create(&CertLabels { certificate })
+                .set(secs as i64);
+        }
+    }
+}
