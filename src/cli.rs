@@ -11,10 +11,13 @@ use crate::admission::settings::{
     DEFAULT_ENHANCED_VALIDATOR_CONFIG, DEFAULT_MAX_AMPLIFICATION_RATIO, DEFAULT_SLO_CONFIG_NAME,
     Settings,
 };
+use crate::cluster_client::ClusterFlags;
 use crate::duration::parse_duration_arg;
+use crate::install::entry_policy::EntryPolicy;
 use crate::operator::CertMode;
 use crate::server::Limits;
 use crate::server::limits;
+use crate::telemetry::LogFormat;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -37,12 +40,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 // Parsed once at start: the size of the largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
@@ -63,71 +60,6 @@ pub enum Command {
     /// Remove koord-webhook from the cluster: replicas first, then the webhook configurations,
     /// then the rest. Keeps the CRDs and the namespace unless asked.
     Uninstall(UninstallArgs),
-}
-
-/// How the API server calls each webhook entry: the settings of the webhook configurations that
-/// `manifests` renders and `serve` keeps. The operator owns these fields (and the caBundle): a hand
-/// edit is put back and recorded as an Event, so change them here (or in the chart's values).
-#[derive(Args, Debug, Clone)]
-pub struct EntryFlags {
-    /// `ENTRY=Fail|Ignore` for an entry (e.g. `vpod.koordinator.sh=Ignore`) or `all=Ignore`;
-    /// repeatable, the last one naming an entry wins. Default: the table's (Fail but for nodes).
-    #[arg(long = "failure-policy", env = "KOORD_WEBHOOK_FAILURE_POLICY", value_delimiter = ',',
-          value_parser = crate::install::webhook_configurations::parse_failure_policy)]
-    pub failure_policies: Vec<(String, crate::admission::webhooks::FailurePolicy)>,
-    /// Seconds the API server waits for an answer (1-30).
-    #[arg(long, env = "KOORD_WEBHOOK_TIMEOUT_SECONDS", default_value_t = 10,
-          value_parser = clap::value_parser!(i32).range(1..=30))]
-    pub webhook_timeout_seconds: i32,
-    /// A namespace the pod entries skip besides kube-system and koord-webhook's own; repeatable.
-    #[arg(
-        long = "exclude-namespace",
-        env = "KOORD_WEBHOOK_EXCLUDE_NAMESPACES",
-        value_delimiter = ','
-    )]
-    pub excluded_namespaces: Vec<String>,
-    /// A namespace label (`KEY` or `KEY=VALUE`) that exempts the namespaces carrying it from the pod
-    /// entries; repeatable.
-    #[arg(
-        long = "exclude-namespace-label",
-        env = "KOORD_WEBHOOK_EXCLUDE_NAMESPACE_LABELS",
-        value_delimiter = ',',
-        value_parser = crate::install::webhook_configurations::parse_namespace_label
-    )]
-    pub excluded_namespace_labels: Vec<crate::install::webhook_configurations::NamespaceLabel>,
-    /// `on`: the API server calls only for requests whose answer can differ from "allowed,
-    /// unchanged" (each entry's `matchConditions`, written by the operator); `off`: every request
-    /// the entries' rules select, as Koordinator registers them.
-    #[arg(long, env = "KOORD_WEBHOOK_NARROW_CALLS", default_value = "on", action = clap::ArgAction::Set,
-          value_parser = crate::install::webhook_configurations::parse_on_off)]
-    pub narrow_calls: bool,
-}
-
-impl Default for EntryFlags {
-    fn default() -> Self {
-        Self {
-            failure_policies: Vec::new(),
-            webhook_timeout_seconds:
-                crate::install::webhook_configurations::DEFAULT_TIMEOUT_SECONDS,
-            excluded_namespaces: Vec::new(),
-            excluded_namespace_labels: Vec::new(),
-            narrow_calls: true,
-        }
-    }
-}
-
-/// Which cluster and namespace a command reads, as kubectl chooses them.
-#[derive(Args, Debug, Clone, Default)]
-pub struct ClusterFlags {
-    /// Path of the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The kubeconfig context to use (default: its current context).
-    #[arg(long)]
-    pub context: Option<String>,
-    /// The namespace koord-webhook runs in.
-    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
-    pub namespace: String,
 }
 
 #[derive(Args, Debug)]
@@ -199,7 +131,7 @@ pub struct ManifestArgs {
     #[arg(long, default_value = "")]
     pub feature_gates: String,
     #[command(flatten)]
-    pub entries: EntryFlags,
+    pub entries: EntryPolicy,
     /// The namespace koord-webhook is installed in (its replicas, Service, Secrets and Lease).
     #[arg(long, short, default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
     pub namespace: String,
@@ -387,7 +319,7 @@ pub struct OperatorFlags {
     #[arg(long, env = "KOORD_WEBHOOK_WEBHOOK_HOST")]
     pub webhook_host: Option<String>,
     #[command(flatten)]
-    pub entries: EntryFlags,
+    pub entries: EntryPolicy,
     /// Elect one writer among the replicas through a Lease; false makes this process the leader.
     #[arg(long, env = "KOORD_WEBHOOK_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(format!("{e:#}")),
         },
-        Command::Crds => match cmd::crds::render() {
+        Command::Crds => match koord_webhook::apis::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
                 ExitCode::SUCCESS

@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::admission::Admission;
 use crate::cache::Cache;
-use crate::features::FeatureGates;
 use crate::metrics::Metrics;
 use crate::tls::CertResolver;
 
@@ -30,11 +28,6 @@ impl State {
             readiness: Readiness::default(),
             resolver,
         }
-    }
-
-    /// The admission framework over this state's cache, counting into its metrics.
-    pub fn admission(&self, gates: FeatureGates) -> Admission {
-        Admission::new(self.cache.clone(), gates, self.metrics.clone())
     }
 }
 

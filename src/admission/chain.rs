@@ -13,7 +13,7 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use kube::core::admission::{AdmissionRequest, Operation};
 
-use super::endpoint::Deadline;
+use super::deadline::Deadline;
 use super::env::{Env, Services};
 use super::outcome::{PluginResult, Rejection};
 use super::settings::Settings;

@@ -4,7 +4,7 @@
 //! encodes the answer; [`TypedEndpoint::run`] runs the plugins and turns their edit into a patch.
 
 use std::panic::AssertUnwindSafe;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -14,8 +14,8 @@ use serde::{Serialize, de::DeserializeOwned};
 use tracing::Instrument;
 
 use super::chain::{Ctx, Halt, Mutator, RunningPlugin, Validator, run_mutators, run_validators};
+use super::deadline::Deadline;
 use super::env::{Env, Head};
-use super::metrics::{DenialLabels, PluginLabels, WebhookLabels};
 use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
@@ -23,48 +23,8 @@ use super::pod::object::Pod;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
 use super::webhooks::{FailurePolicy, WebhookSpec};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, Reservation};
+use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
-
-/// The API server's own default when a request names no `?timeout=`.
-pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// When a review's answer is due: the API server's `?timeout=` (or its default) counted from when
-/// the request arrived, less a margin for the answer to travel back. Decoding and every plugin
-/// spend from it: work that cannot be preempted (a large decode, a synchronous rule) is checked
-/// after decode and between plugins, so a review answers by the deadline plus one plugin's time at
-/// most, not by the deadline plus everything after it.
-#[derive(Clone, Copy, Debug)]
-pub struct Deadline {
-    api_timeout: Duration,
-    budget: Duration,
-    at: tokio::time::Instant,
-}
-
-impl Deadline {
-    /// The deadline of a request that arrived at `received`.
-    pub fn from(received: tokio::time::Instant, api_timeout: Option<Duration>) -> Self {
-        let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
-        let budget = answer_budget(api_timeout);
-        Self {
-            api_timeout,
-            budget,
-            at: received + budget,
-        }
-    }
-
-    /// The deadline of a request arriving now.
-    pub fn starting_now(api_timeout: Option<Duration>) -> Self {
-        Self::from(tokio::time::Instant::now(), api_timeout)
-    }
-
-    pub fn instant(&self) -> tokio::time::Instant {
-        self.at
-    }
-
-    pub fn passed(&self) -> bool {
-        tokio::time::Instant::now() >= self.at
-    }
-}
 
 /// Every endpoint, by the object type its chain decodes. An enum rather than a trait object: the
 /// server holds every path in one table, and a review is a plain `async fn` (no boxed future).
@@ -274,7 +234,7 @@ impl<T: Object> TypedEndpoint<T> {
             }
         };
         let run = AssertUnwindSafe(run).catch_unwind();
-        let verdict = match tokio::time::timeout_at(deadline.at, run).await {
+        let verdict = match tokio::time::timeout_at(deadline.instant(), run).await {
             Ok(Ok(verdict)) => verdict,
             Ok(Err(panic)) => {
                 let plugin = running.get().and_then(|p| self.chain.plugin_name(p));
@@ -382,14 +342,6 @@ impl<T: Object> TypedEndpoint<T> {
         verdict.warnings = notes.warnings;
         verdict
     }
-}
-
-/// The time a chain may take: the API server's timeout less a margin for the answer to travel back.
-pub fn answer_budget(api_timeout: Duration) -> Duration {
-    let margin = (api_timeout / 10).max(Duration::from_millis(100));
-    api_timeout
-        .saturating_sub(margin)
-        .max(Duration::from_millis(50))
 }
 
 /// A chain that would outlive the API server's wait. Under failurePolicy Ignore the API server would

@@ -11,11 +11,12 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::chain::{Ctx, Mutator, Step, Validator};
-use super::endpoint::{TypedEndpoint, answer_budget};
+use super::deadline::answer_budget;
+use super::endpoint::TypedEndpoint;
 use super::outcome::Rejection;
 use super::webhooks::{self, find};
 use super::*;
-use crate::admission::metrics::PluginLabels;
+use crate::metrics::admission::PluginLabels;
 
 /// Appends its letter to the `trail` label, so the final value shows the order plugins ran in.
 struct Append(&'static str, Option<crate::features::Gate>);

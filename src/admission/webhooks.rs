@@ -1,7 +1,6 @@
 //! The admission endpoints and the webhook configuration entries that route to them
 //! (docs/admission.md). The server, `review`, the manifests and the operator all read this table.
 
-use super::narrowing::Narrowing;
 use crate::features::Gate;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +35,29 @@ pub struct WebhookSpec {
     pub sub_resource: &'static str,
     pub failure_policy: FailurePolicy,
     pub entries: &'static [EntrySpec],
+}
+
+/// How an entry of the webhook table is narrowed when `--narrow-calls=on`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Narrowing {
+    /// Every request the rules select is sent (what the entry's rules read is not in the request
+    /// alone, or every request can change the answer).
+    Wide,
+    /// No request can change the answer: the entry is not registered.
+    Never,
+    /// `nodes/status` updates of nodes with amplification annotations.
+    NodeStatus,
+    /// Node creates and updates the node rules can deny.
+    NodeValidation,
+    /// ElasticQuota changes the tree rules read.
+    ElasticQuotaChange,
+    /// Pod creates carrying Koordinator's marks, or selected by a ClusterColocationProfile.
+    PodCreate,
+    /// Pod changes carrying Koordinator's marks, or in a namespace of a parent quota.
+    PodValidation,
+    /// Registered only while calls are narrowed: the changes that may widen a pod entry, admitted
+    /// once the entry is wide enough (`ClusterColocationProfile` creates and updates).
+    PodReachGuard,
 }
 
 /// One entry of a webhook configuration.

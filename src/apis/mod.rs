@@ -19,6 +19,16 @@ pub use reservation::{Reservation, ReservationSpec, ReservationStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+/// The CRDs as multi-document YAML: `koord-webhook crds`, the chart's `files/crds.yaml`.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in all_crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
 /// Every CRD this project defines, in the order `crds/` lists them.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![

@@ -19,7 +19,7 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
 use tokio::sync::mpsc;
 
-use crate::metrics::KindLabels;
+use crate::metrics::labels::KindLabels;
 
 /// One listed or watched object: read, or kept by its metadata with the reason it did not decode.
 #[derive(Clone, Debug)]

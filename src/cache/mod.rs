@@ -6,7 +6,6 @@
 
 pub mod lenient;
 pub mod load;
-pub mod metrics;
 pub mod pod_index;
 pub mod quota_topology;
 pub mod watch;

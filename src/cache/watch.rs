@@ -17,10 +17,10 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::lenient::{Lenient, SetAside, Unreadable};
-use super::metrics::CacheMetrics;
 use super::{CacheWriter, IndexedPod, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
-use crate::metrics::KindLabels;
+use crate::metrics::cache::CacheMetrics;
+use crate::metrics::labels::KindLabels;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 use tokio::sync::mpsc;
 

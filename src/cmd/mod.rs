@@ -1,7 +1,5 @@
 //! The subcommands.
 
-pub mod cluster;
-pub mod crds;
 pub mod manifests;
 pub mod review;
 pub mod serve;

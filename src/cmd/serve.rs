@@ -9,23 +9,23 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::admission::ports::{LedgerStore, PodReachGuard, QuotaStore};
-use crate::admission::{Services, Settings};
+use crate::admission::{Admission, Services, Settings};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::{OperatorFlags, ServeArgs};
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
+use crate::kube_ports::pod_reach::KubePodReachGuard;
+use crate::kube_ports::quota::KubeQuotaStore;
+use crate::kube_ports::quota_ledger::KubeLedgerStore;
+use crate::metrics::operator::CertLabels;
 use crate::names::{SERVICE_NAME, namespace};
 use crate::operator::certificates::CertPolicy;
 use crate::operator::leader::LeaseTimings;
-use crate::operator::metrics::CertLabels;
 use crate::operator::webhook_keeper::Desired;
 use crate::operator::{self, OperatorConfig, serving_hosts};
 use crate::server::{self, Shared};
 use crate::state::State;
-use crate::stores::pod_reach::KubePodReachGuard;
-use crate::stores::quota::KubeQuotaStore;
-use crate::stores::quota_ledger::KubeLedgerStore;
 use crate::tls::CertResolver;
 use crate::tls::files::PairFiles;
 
@@ -161,8 +161,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
-    let admission = state
-        .admission(gates)
+    let admission = Admission::new(state.cache.clone(), gates, state.metrics.clone())
         .with_services(services)
         .with_settings(Settings {
             child_request_window: args.operator.child_request_recount_quiet,

@@ -387,7 +387,7 @@ pub fn render_text(status: &Status) -> String {
 /// One report, or with `wait` the first healthy one (or the last before `timeout`). The bool says
 /// whether it is healthy.
 pub async fn run(args: &StatusArgs) -> anyhow::Result<(String, bool)> {
-    let client = super::cluster::client(&args.cluster).await?;
+    let client = crate::cluster_client::client(&args.cluster).await?;
     let checks = Checks {
         namespace: args.cluster.namespace.clone(),
         expiry_threshold: args.expiry_threshold,

@@ -29,7 +29,7 @@ use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub cluster: crate::cli::ClusterFlags,
+    pub cluster: crate::cluster_client::ClusterFlags,
     pub delete_crds: bool,
     pub delete_namespace: bool,
     /// Hand the configurations and the Service back to koord-manager's webhook.
@@ -72,7 +72,7 @@ async fn delete_admission(client: &kube::Client, namespace: &str) -> anyhow::Res
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<()> {
-    let client = super::cluster::client(&options.cluster).await?;
+    let client = crate::cluster_client::client(&options.cluster).await?;
     let namespace = options.cluster.namespace.as_str();
 
     // 1. The replicas, and wait until none runs.

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::entry_policy::EntryPolicy;
 use crate::admission::narrowing::Calls;
 use crate::admission::narrowing::pod::PodReach;
 use crate::admission::webhooks::{WEBHOOKS, WebhookKind};
@@ -35,7 +36,10 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
     // Every entry, without conditions (the template adds them when narrowing is on): those of the
     // wide rendering, and those registered only when calls are narrowed.
     let wide = WebhookTarget {
-        narrow_calls: false,
+        policy: EntryPolicy {
+            narrow_calls: false,
+            ..EntryPolicy::default()
+        },
         ..WebhookTarget::default()
     };
     let narrowed = WebhookTarget::default();
@@ -115,7 +119,7 @@ pub fn write(dir: &Path) -> anyhow::Result<()> {
         std::fs::write(&path, format!("{header}{body}"))
             .with_context(|| format!("cannot write {}", path.display()))
     };
-    write("crds.yaml", crate::cmd::crds::render()?)?;
+    write("crds.yaml", crate::apis::crds_yaml()?)?;
     let rbac = json!({
         "clusterRole": rbac::cluster_role().rules,
         "role": rbac::role().rules,

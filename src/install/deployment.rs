@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::{ClientCaMount, ClientCaObject, InstallOptions};
+use super::options::{ClientCaMount, ClientCaObject, InstallOptions};
 use crate::names::{APP_NAME, SELECTOR_LABEL, SERVICE_NAME, app_labels, namespace};
 
 const PORT: i32 = 9443;
@@ -84,7 +84,7 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
     if !overrides.is_empty() {
         args.push(format!("--feature-gates={overrides}"));
     }
-    args.extend(options.target.entry_args());
+    args.extend(options.target.policy.args());
     if let Some(ca) = &options.client_ca {
         args.push(format!("--client-ca-file={}", ca.file()));
     }

@@ -5,6 +5,8 @@
 
 pub mod chart_files;
 mod deployment;
+pub mod entry_policy;
+mod options;
 pub mod rbac;
 pub mod webhook_configurations;
 
@@ -13,47 +15,8 @@ use serde::Serialize;
 use crate::apis::all_crds;
 use crate::features::FeatureGates;
 use crate::names::app_labels;
+pub use options::{ClientCaMount, ClientCaObject, DEFAULT_IMAGE, InstallOptions};
 pub use webhook_configurations::{ClientConfigMode, WebhookTarget};
-
-/// The image the manifests name: tag = crate version (`scripts/image` builds it under this name).
-pub const DEFAULT_IMAGE: &str = concat!(
-    "ghcr.io/koord-webhook/koord-webhook:",
-    env!("CARGO_PKG_VERSION")
-);
-
-/// What `koord-webhook manifests` renders.
-#[derive(Debug, Clone)]
-pub struct InstallOptions {
-    pub image: String,
-    pub gates: FeatureGates,
-    pub target: WebhookTarget,
-    /// Where the CA bundle of caller authentication comes from (`--client-ca-file`), if any.
-    pub client_ca: Option<ClientCaMount>,
-}
-
-/// The object holding the client CA bundle, in koord-webhook's namespace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClientCaObject {
-    ConfigMap(String),
-    Secret(String),
-}
-
-/// The client CA bundle, mounted into the replicas and re-read when the object changes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientCaMount {
-    pub object: ClientCaObject,
-    /// The key of the object holding the PEM bundle.
-    pub key: String,
-}
-
-impl ClientCaMount {
-    /// Where the replicas read it (the chart mounts it at the same place).
-    pub const DIR: &'static str = "/etc/koord-webhook/client-ca";
-
-    pub fn file(&self) -> String {
-        format!("{}/{}", Self::DIR, self.key)
-    }
-}
 
 /// The whole install file as multi-document YAML.
 pub fn render(options: &InstallOptions) -> Result<String, serde_yaml::Error> {

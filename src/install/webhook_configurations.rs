@@ -9,16 +9,14 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 
+use super::entry_policy::{EntryPolicy, NamespaceLabel};
 use crate::admission::narrowing::Calls;
 use crate::admission::narrowing::pod::{PodEntry, PodReach, Reach};
-use crate::admission::webhooks::{EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind, WebhookSpec};
-use crate::cli::EntryFlags;
+use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookKind, WebhookSpec};
 use crate::features::FeatureGates;
 use crate::names::{
     MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels, namespace,
 };
-
-pub const DEFAULT_TIMEOUT_SECONDS: i32 = 10;
 
 /// How the API server reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,135 +30,26 @@ pub enum ClientConfigMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookTarget {
     pub mode: ClientConfigMode,
-    pub timeout_seconds: i32,
-    /// failurePolicy per entry name, where it differs from the table's (`--failure-policy`).
-    pub failure_policies: Vec<(String, FailurePolicy)>,
-    /// Namespaces the pod entries skip besides kube-system and the operator's own.
-    pub excluded_namespaces: Vec<String>,
-    /// Namespace labels that exempt a namespace from the pod entries (`--exclude-namespace-label`).
-    pub excluded_namespace_labels: Vec<NamespaceLabel>,
-    /// Entries carry the `matchConditions` of their rules, and entries no request needs are left
-    /// out (`--narrow-calls`, docs/narrowing.md).
-    pub narrow_calls: bool,
+    /// How the API server calls each entry (the entry flags of `serve` and `manifests`).
+    pub policy: EntryPolicy,
     /// Which pods the pod entries reach beyond the pods' own marks: every pod in the manifests
     /// and the chart, what the leader derived from its cache in what it writes.
     pub pod_reach: PodReach,
-}
-
-/// `on` or `off` (`--narrow-calls`).
-pub fn parse_on_off(text: &str) -> Result<bool, String> {
-    match text {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("{other:?}: expected on or off")),
-    }
-}
-
-/// `KEY` (a namespace carrying the label, whatever its value) or `KEY=VALUE`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceLabel {
-    pub key: String,
-    pub value: Option<String>,
-}
-
-impl NamespaceLabel {
-    /// The requirement a namespace must meet to be called: not carrying the label.
-    fn requirement(&self) -> LabelSelectorRequirement {
-        match &self.value {
-            // NotIn also admits namespaces without the key, as an exemption should.
-            Some(value) => LabelSelectorRequirement {
-                key: self.key.clone(),
-                operator: "NotIn".to_owned(),
-                values: Some(vec![value.clone()]),
-            },
-            None => LabelSelectorRequirement {
-                key: self.key.clone(),
-                operator: "DoesNotExist".to_owned(),
-                values: None,
-            },
-        }
-    }
-
-    fn arg(&self) -> String {
-        match &self.value {
-            Some(value) => format!("{}={value}", self.key),
-            None => self.key.clone(),
-        }
-    }
-}
-
-/// `KEY` or `KEY=VALUE` (`--exclude-namespace-label`), KEY a label key as the API server takes it.
-pub fn parse_namespace_label(text: &str) -> Result<NamespaceLabel, String> {
-    let (key, value) = match text.split_once('=') {
-        Some((key, value)) => (key, Some(value)),
-        None => (text, None),
-    };
-    let (prefix, name) = key
-        .rsplit_once('/')
-        .map_or((None, key), |(p, n)| (Some(p), n));
-    let name_ok = |n: &str| {
-        !n.is_empty()
-            && n.len() <= 63
-            && n.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-            && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
-    };
-    let prefix_ok =
-        prefix.is_none_or(|p| p.len() <= 253 && p.split('.').all(crate::names::is_dns_label));
-    if !name_ok(name) || !prefix_ok {
-        return Err(format!("{key:?} is not a label key"));
-    }
-    if let Some(value) = value
-        && !value.is_empty()
-        && !name_ok(value)
-    {
-        return Err(format!("{value:?} is not a label value"));
-    }
-    Ok(NamespaceLabel {
-        key: key.to_owned(),
-        value: value.map(str::to_owned),
-    })
 }
 
 impl Default for WebhookTarget {
     fn default() -> Self {
         Self {
             mode: ClientConfigMode::Service,
-            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
-            failure_policies: Vec::new(),
-            excluded_namespaces: Vec::new(),
-            excluded_namespace_labels: Vec::new(),
-            narrow_calls: true,
+            policy: EntryPolicy::default(),
             pod_reach: PodReach::default(),
         }
     }
 }
 
-/// `ENTRY=Fail|Ignore` (`--failure-policy`), `ENTRY` an entry name of the table or `all`.
-pub fn parse_failure_policy(text: &str) -> Result<(String, FailurePolicy), String> {
-    let (entry, policy) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?}: expected ENTRY=Fail or ENTRY=Ignore"))?;
-    let policy = match policy {
-        "Fail" => FailurePolicy::Fail,
-        "Ignore" => FailurePolicy::Ignore,
-        other => return Err(format!("{other:?}: the failurePolicy is Fail or Ignore")),
-    };
-    let known = WEBHOOKS.iter().flat_map(|w| w.entries).map(|e| e.name);
-    if entry != "all" && !known.clone().any(|name| name == entry) {
-        let names: Vec<&str> = known.collect();
-        return Err(format!(
-            "{entry:?} is no webhook entry; one of: all, {}",
-            names.join(", ")
-        ));
-    }
-    Ok((entry.to_owned(), policy))
-}
-
 impl WebhookTarget {
-    /// `--webhook-host` given: URL mode; otherwise the Service. The entries' settings from `entries`.
-    pub fn from_flags(webhook_host: Option<&str>, port: u16, entries: &EntryFlags) -> Self {
+    /// `--webhook-host` given: URL mode; otherwise the Service. The entries' settings from `policy`.
+    pub fn from_flags(webhook_host: Option<&str>, port: u16, policy: &EntryPolicy) -> Self {
         Self {
             mode: match webhook_host {
                 Some(host) => ClientConfigMode::Url {
@@ -169,42 +58,15 @@ impl WebhookTarget {
                 },
                 None => ClientConfigMode::Service,
             },
-            timeout_seconds: entries.webhook_timeout_seconds,
-            failure_policies: entries.failure_policies.clone(),
-            excluded_namespaces: entries.excluded_namespaces.clone(),
-            excluded_namespace_labels: entries.excluded_namespace_labels.clone(),
-            narrow_calls: entries.narrow_calls,
+            policy: policy.clone(),
             pod_reach: PodReach::default(),
         }
     }
 
-    /// The `serve` flags that give the operator these entry settings (for the Deployment).
-    pub fn entry_args(&self) -> Vec<String> {
-        let mut args = Vec::new();
-        if self.timeout_seconds != DEFAULT_TIMEOUT_SECONDS {
-            args.push(format!(
-                "--webhook-timeout-seconds={}",
-                self.timeout_seconds
-            ));
-        }
-        for (entry, policy) in &self.failure_policies {
-            args.push(format!("--failure-policy={entry}={}", policy.as_str()));
-        }
-        for namespace in &self.excluded_namespaces {
-            args.push(format!("--exclude-namespace={namespace}"));
-        }
-        for label in &self.excluded_namespace_labels {
-            args.push(format!("--exclude-namespace-label={}", label.arg()));
-        }
-        if !self.narrow_calls {
-            args.push("--narrow-calls=off".to_owned());
-        }
-        args
-    }
-
     /// The entry's failurePolicy: the last `--failure-policy` naming it (or `all`), else the table's.
     fn failure_policy(&self, webhook: &WebhookSpec, entry: &EntrySpec) -> String {
-        self.failure_policies
+        self.policy
+            .failure_policies
             .iter()
             .rev()
             .find(|(name, _)| name == entry.name || name == "all")
@@ -217,14 +79,15 @@ impl WebhookTarget {
         // The immutable name label, so nobody can opt a namespace out by relabelling it.
         entry.exclude_system_namespaces.then(|| {
             let mut names = vec![namespace().to_owned(), "kube-system".to_owned()];
-            names.extend(self.excluded_namespaces.iter().cloned());
+            names.extend(self.policy.excluded_namespaces.iter().cloned());
             let mut requirements = vec![LabelSelectorRequirement {
                 key: "kubernetes.io/metadata.name".to_owned(),
                 operator: "NotIn".to_owned(),
                 values: Some(names),
             }];
             requirements.extend(
-                self.excluded_namespace_labels
+                self.policy
+                    .excluded_namespace_labels
                     .iter()
                     .map(NamespaceLabel::requirement),
             );
@@ -237,7 +100,7 @@ impl WebhookTarget {
 
     /// What the entry is called for under these settings and gates.
     pub fn calls(&self, entry: &EntrySpec, gates: &FeatureGates) -> Calls {
-        if !self.narrow_calls {
+        if !self.policy.narrow_calls {
             return entry.narrowing.calls_wide();
         }
         // A pod entry narrowed by the cluster's state is safe only while every change that could
@@ -354,7 +217,7 @@ pub fn mutating(
             object_selector: object_selector(e),
             rules: Some(rules(e)),
             side_effects: e.side_effects.to_owned(),
-            timeout_seconds: Some(target.timeout_seconds),
+            timeout_seconds: Some(target.policy.webhook_timeout_seconds),
             reinvocation_policy: Some("Never".to_owned()),
             match_policy: Some("Equivalent".to_owned()),
             match_conditions: calls.match_conditions(),
@@ -382,7 +245,7 @@ pub fn validating(
             object_selector: object_selector(e),
             rules: Some(rules(e)),
             side_effects: e.side_effects.to_owned(),
-            timeout_seconds: Some(target.timeout_seconds),
+            timeout_seconds: Some(target.policy.webhook_timeout_seconds),
             match_policy: Some("Equivalent".to_owned()),
             match_conditions: calls.match_conditions(),
         })
@@ -397,14 +260,18 @@ pub fn validating(
 mod tests {
     use super::*;
     use crate::features::FeatureGates;
+    use crate::install::entry_policy::{parse_failure_policy, parse_namespace_label};
 
     #[test]
     fn namespace_label_exemptions_become_selector_requirements() {
         let target = WebhookTarget {
-            excluded_namespace_labels: vec![
-                parse_namespace_label("koordinator.sh/webhook-exempt").unwrap(),
-                parse_namespace_label("tier=infra").unwrap(),
-            ],
+            policy: EntryPolicy {
+                excluded_namespace_labels: vec![
+                    parse_namespace_label("koordinator.sh/webhook-exempt").unwrap(),
+                    parse_namespace_label("tier=infra").unwrap(),
+                ],
+                ..Default::default()
+            },
             ..Default::default()
         };
         let config = validating(&FeatureGates::default(), &target, None);
@@ -437,34 +304,20 @@ mod tests {
         );
         assert!(
             target
-                .entry_args()
+                .policy
+                .args()
                 .contains(&"--exclude-namespace-label=tier=infra".to_owned())
         );
-    }
-
-    #[test]
-    fn bad_label_keys_and_values_are_refused() {
-        for bad in [
-            "",
-            "-x",
-            "a/",
-            "/x",
-            "x=bad value",
-            "Bad_Prefix.io/x",
-            "x=-v",
-        ] {
-            assert!(parse_namespace_label(bad).is_err(), "{bad:?} accepted");
-        }
-        for good in ["x", "a.b/c-d", "x=", "x=v.1", "example.com/exempt=true"] {
-            assert!(parse_namespace_label(good).is_ok(), "{good:?} refused");
-        }
     }
 
     #[test]
     fn entries_follow_the_table_and_the_gates() {
         let gates = FeatureGates::default();
         let wide = WebhookTarget {
-            narrow_calls: false,
+            policy: EntryPolicy {
+                narrow_calls: false,
+                ..EntryPolicy::default()
+            },
             ..WebhookTarget::default()
         };
         let m = mutating(&gates, &wide, None);
@@ -487,7 +340,11 @@ mod tests {
                 .all(|w| w.match_conditions.is_none()),
             "wide entries carry no conditions"
         );
-        assert!(wide.entry_args().contains(&"--narrow-calls=off".to_owned()));
+        assert!(
+            wide.policy
+                .args()
+                .contains(&"--narrow-calls=off".to_owned())
+        );
         let off: FeatureGates = "PodMutatingWebhook=false".parse().unwrap();
         let m = mutating(&off, &WebhookTarget::default(), None);
         assert!(
@@ -516,7 +373,7 @@ mod tests {
 
     #[test]
     fn url_mode_and_ca_bundle() {
-        let target = WebhookTarget::from_flags(Some("::1"), 9443, &EntryFlags::default());
+        let target = WebhookTarget::from_flags(Some("::1"), 9443, &EntryPolicy::default());
         let v = validating(&FeatureGates::default(), &target, Some(b"PEM"));
         let node = v
             .webhooks
@@ -535,12 +392,15 @@ mod tests {
     #[test]
     fn failure_policy_timeout_and_excluded_namespaces_are_settings() {
         let target = WebhookTarget {
-            timeout_seconds: 5,
-            failure_policies: vec![
-                parse_failure_policy("all=Ignore").unwrap(),
-                parse_failure_policy("vpod.koordinator.sh=Fail").unwrap(),
-            ],
-            excluded_namespaces: vec!["batch-jobs".to_owned()],
+            policy: EntryPolicy {
+                webhook_timeout_seconds: 5,
+                failure_policies: vec![
+                    parse_failure_policy("all=Ignore").unwrap(),
+                    parse_failure_policy("vpod.koordinator.sh=Fail").unwrap(),
+                ],
+                excluded_namespaces: vec!["batch-jobs".to_owned()],
+                ..EntryPolicy::default()
+            },
             ..WebhookTarget::default()
         };
         let gates = FeatureGates::default();
@@ -573,7 +433,7 @@ mod tests {
     #[test]
     fn narrowed_entries_carry_their_conditions_and_drop_what_no_request_needs() {
         let target = WebhookTarget::default();
-        assert!(target.entry_args().is_empty(), "on is the default");
+        assert!(target.policy.args().is_empty(), "on is the default");
         let m = mutating(&FeatureGates::default(), &target, None);
         let v = validating(&FeatureGates::default(), &target, None);
         let conditions: Vec<(String, Vec<String>)> = m

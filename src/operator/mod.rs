@@ -5,9 +5,7 @@
 pub mod certificates;
 pub mod child_requests;
 pub mod leader;
-pub mod metrics;
-#[cfg(test)]
-pub(crate) mod scripted_api;
+
 pub(crate) mod secrets;
 pub mod webhook_keeper;
 pub mod write_error;
@@ -29,13 +27,13 @@ use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
 
 use crate::certs::authority;
+use crate::metrics::operator::ConfigurationLabels;
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 use crate::names::{SECRET_CA, SECRET_TLS};
 use crate::names::{SERVICE_NAME, namespace};
 use crate::state::State;
 use certificates::{CertPolicy, Issuer, Next};
 use leader::{Leadership, LeaseTimings};
-use metrics::ConfigurationLabels;
 
 /// The longest one certificate and webhook-configuration pass of the leader may take.
 const PASS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -209,10 +207,10 @@ async fn keep_pod_entries_wide_for_gates(
         .into_iter()
         .filter(|e| every_pod(*e, gates))
         .collect();
-    if !config.desired.target.narrow_calls || entries.is_empty() {
+    if !config.desired.target.policy.narrow_calls || entries.is_empty() {
         return;
     }
-    let guard = crate::stores::pod_reach::KubePodReachGuard { client };
+    let guard = crate::kube_ports::pod_reach::KubePodReachGuard { client };
     const CHECK: &str = "pod-entries";
     state.readiness.set_not_ready(
         CHECK,
@@ -348,6 +346,7 @@ async fn issue_as_leader(
         pod_reach: config
             .desired
             .target
+            .policy
             .narrow_calls
             .then(|| webhook_keeper::PodReachSource::new(cache, config.narrow_hold)),
     };

@@ -8,8 +8,8 @@ use actix_web::http::{Method, StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures::StreamExt;
 
-use super::Shared;
 use super::limits::{ConnectionStreams, NoRoom, decoded_estimate};
+use super::shared::Shared;
 use crate::admission::{Deadline, EndpointId};
 use crate::duration::parse_duration;
 
@@ -224,7 +224,7 @@ async fn read_body(
 
 /// Reads and drops a body we will not use, so an HTTP/1.1 connection stays reusable after an error;
 /// at most the body limit, for at most the read timeout.
-async fn drain(payload: &mut web::Payload, limits: &super::Limits) {
+async fn drain(payload: &mut web::Payload, limits: &super::limits::Limits) {
     let _ =
         tokio::time::timeout(limits.read_timeout, discard(payload, limits.max_body_bytes)).await;
 }

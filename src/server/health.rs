@@ -3,8 +3,8 @@
 
 use actix_web::{HttpResponse, web};
 
-use super::Shared;
 use super::probes::answer;
+use super::shared::Shared;
 
 fn respond((status, body): (u16, String)) -> HttpResponse {
     let status = actix_web::http::StatusCode::from_u16(status)

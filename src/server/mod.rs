@@ -7,6 +7,7 @@ pub mod limits;
 pub mod ops;
 pub mod per_address;
 pub mod probes;
+mod shared;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -15,49 +16,16 @@ use std::time::Duration;
 use actix_web::http::Method;
 use actix_web::{App, HttpServer, web};
 
-use crate::admission::Admission;
-use crate::state::State;
 use crate::tls::{self, TlsError};
 use actix_tls::accept::rustls_0_23::TlsStream;
-use limits::{BodyBudget, ConnectionStreams, DecodeBudget};
+use limits::ConnectionStreams;
 pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 use per_address::PerAddress;
+pub use shared::Shared;
 
 /// The API server keeps idle webhook connections for 90 s; closing ours sooner causes intermittent
 /// "failed calling webhook" errors when it reuses one we just closed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
-
-/// What the request handlers share: the process state, and the admission server's own parts.
-pub struct Shared {
-    pub state: Arc<State>,
-    pub admission: Admission,
-    pub limits: Limits,
-    body_budget: BodyBudget,
-    decode_budget: DecodeBudget,
-    /// PEM of the CAs whose client certificates are required (`--client-ca-file`); none: no
-    /// client authentication.
-    pub client_ca: Option<Arc<crate::tls::ClientCa>>,
-}
-
-impl Shared {
-    /// `admission` counts into `state`'s metrics when built by [`State::admission`].
-    pub fn new(state: Arc<State>, admission: Admission, limits: Limits) -> Self {
-        Self {
-            state,
-            admission,
-            body_budget: BodyBudget::new(limits.max_inflight_bytes),
-            decode_budget: DecodeBudget::new(limits.decode_budget),
-            limits,
-            client_ca: None,
-        }
-    }
-
-    /// Requires client certificates signed by these CAs on the admission port.
-    pub fn with_client_ca(mut self, client_ca: Option<Arc<crate::tls::ClientCa>>) -> Self {
-        self.client_ca = client_ca;
-        self
-    }
-}
 
 /// A path that takes one method; the others get 405 with an `Allow` header.
 fn only(path: &'static str, method: Method) -> actix_web::Resource {

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 
+use super::health;
 use super::per_address::{self, PerAddress};
-use super::{Shared, health};
+use super::shared::Shared;
 
 /// Connections one address may hold on the operations port (Prometheus keeps one per target).
 const PER_ADDRESS: usize = 8;
 use crate::admission::elastic_quota::debug::quota_tree;
-use crate::metrics::KindLabels;
+use crate::metrics::labels::KindLabels;
 
 pub async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
     let state = &shared.state;

@@ -123,7 +123,7 @@ async fn serve_in_url_mode(
     let target = WebhookTarget::from_flags(
         Some("127.0.0.1"),
         server.addr.port(),
-        &koord_webhook::cli::EntryFlags::default(),
+        &koord_webhook::install::entry_policy::EntryPolicy::default(),
     );
     let configs =
         render_webhook_configurations(&FeatureGates::default(), &target, Some(&cert)).unwrap();

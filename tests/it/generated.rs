@@ -15,10 +15,7 @@ fn assert_current(relative: &str, rendered: &str) {
 
 #[test]
 fn crds_are_current() {
-    assert_current(
-        "crds/crds.yaml",
-        &koord_webhook::cmd::crds::render().unwrap(),
-    );
+    assert_current("crds/crds.yaml", &koord_webhook::apis::crds_yaml().unwrap());
 }
 
 /// The helm binary of `scripts/helm build`.

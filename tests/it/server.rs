@@ -565,7 +565,11 @@ async fn client_certificates_can_be_required() {
                     quota_cache(),
                     started.shared.state.resolver.clone(),
                 ));
-                let admission = state.admission(FeatureGates::default());
+                let admission = koord_webhook::admission::Admission::new(
+                    state.cache.clone(),
+                    FeatureGates::default(),
+                    state.metrics.clone(),
+                );
                 koord_webhook::server::Shared::new(state, admission, Default::default())
             }
             .with_client_ca(Some(client_ca.clone())),

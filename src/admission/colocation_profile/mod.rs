@@ -3,7 +3,7 @@
 //! (docs/narrowing.md, "Pods"), and is registered only while calls are narrowed.
 
 use super::chain::Validator;
-use super::narrowing::guard::GuardPodReach;
+use super::pod_reach_guard::GuardPodReach;
 use crate::apis::ClusterColocationProfile;
 
 pub fn validators() -> Vec<Box<dyn Validator<ClusterColocationProfile>>> {

@@ -23,6 +23,6 @@ pub fn validators() -> Vec<Box<dyn Validator<ElasticQuota>>> {
     vec![
         Box::new(validate::QuotaTreeRules::default()),
         // Last: only an allowed change widens the pod entries.
-        Box::new(crate::admission::narrowing::guard::GuardPodReach),
+        Box::new(crate::admission::pod_reach_guard::GuardPodReach),
     ]
 }

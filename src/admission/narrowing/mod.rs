@@ -1,15 +1,14 @@
 //! Which requests an entry needs: the `matchConditions` the operator writes so that the API server
 //! calls koord-webhook only when the answer can differ from "allowed, unchanged" (docs/narrowing.md).
 //!
-//! Each entry of the webhook table names its [`Narrowing`]; [`Narrowing::calls`] turns it into the
-//! conditions, written from the rules of that entry's endpoint (docs/admission.md). A condition may
-//! be wider than its rules (an extra call costs a little), never narrower (a missed call changes an
-//! answer): the property test in `tests.rs` evaluates these very expressions against random
+//! Each entry of the webhook table (`webhooks.rs`) names its `Narrowing`; `Narrowing::calls` here
+//! turns it into the conditions, written from the rules of that entry's endpoint (docs/admission.md).
+//! A condition may be wider than its rules (an extra call costs a little), never narrower (a missed
+//! call changes an answer): the property test in `tests.rs` evaluates these very expressions against random
 //! requests and checks that every skipped one would have been allowed unchanged.
 
 pub mod cel;
 mod elastic_quota;
-pub mod guard;
 mod node;
 pub mod pod;
 pub mod record;
@@ -18,31 +17,9 @@ mod tests;
 
 use k8s_openapi::api::admissionregistration::v1::MatchCondition;
 
+use crate::admission::webhooks::Narrowing;
 use crate::features::FeatureGates;
 use pod::{PodEntry, PodReach};
-
-/// How an entry of the webhook table is narrowed when `--narrow-calls=on`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Narrowing {
-    /// Every request the rules select is sent (what the entry's rules read is not in the request
-    /// alone, or every request can change the answer).
-    Wide,
-    /// No request can change the answer: the entry is not registered.
-    Never,
-    /// `nodes/status` updates of nodes with amplification annotations.
-    NodeStatus,
-    /// Node creates and updates the node rules can deny.
-    NodeValidation,
-    /// ElasticQuota changes the tree rules read.
-    ElasticQuotaChange,
-    /// Pod creates carrying Koordinator's marks, or selected by a ClusterColocationProfile.
-    PodCreate,
-    /// Pod changes carrying Koordinator's marks, or in a namespace of a parent quota.
-    PodValidation,
-    /// Registered only while calls are narrowed: the changes that may widen a pod entry, admitted
-    /// once the entry is wide enough (`ClusterColocationProfile` creates and updates).
-    PodReachGuard,
-}
 
 /// What an entry is called for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

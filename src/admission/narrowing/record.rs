@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::Narrowing;
 use super::pod::{PodEntry, Reach};
+use crate::admission::webhooks::Narrowing;
 use crate::admission::webhooks::WEBHOOKS;
 
 /// The annotation holding the record on each webhook configuration.

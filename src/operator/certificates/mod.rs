@@ -16,12 +16,13 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 
-use super::metrics::CertLabels;
 use super::secrets;
 use super::webhook_keeper::{self, Desired};
 use super::write_error::WriteError;
 use crate::certs::{CertError, PemPair, adopt, authority};
-use crate::metrics::{KindLabels, Metrics};
+use crate::metrics::Metrics;
+use crate::metrics::labels::KindLabels;
+use crate::metrics::operator::CertLabels;
 use crate::names::FIELD_MANAGER;
 use crate::names::namespace;
 use crate::names::{SECRET_CA, SECRET_TLS};

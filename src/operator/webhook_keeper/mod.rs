@@ -25,6 +25,7 @@ use super::leader::Leadership;
 use super::write_error::WriteError;
 use crate::admission::narrowing::pod::PodEntry;
 use crate::features::FeatureGates;
+use crate::install::entry_policy::EntryPolicy;
 use crate::install::webhook_configurations;
 use crate::install::{ClientConfigMode, WebhookTarget};
 use crate::names::{FIELD_MANAGER, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
@@ -183,7 +184,10 @@ impl Desired {
         Self {
             gates: self.gates,
             target: WebhookTarget {
-                narrow_calls: false,
+                policy: EntryPolicy {
+                    narrow_calls: false,
+                    ..self.target.policy.clone()
+                },
                 ..self.target.clone()
             },
         }
@@ -331,7 +335,7 @@ async fn converge<C: Configuration>(
     let current = api.get_opt(C::NAME).await?;
     let mut desired = desired.clone();
     let reach = match (&current, pods) {
-        (Some(current), Some(source)) if desired.target.narrow_calls => {
+        (Some(current), Some(source)) if desired.target.policy.narrow_calls => {
             let json = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
             Some(source.plan(&json, C::POD_ENTRY, &desired.gates, &mut desired.target))
         }
@@ -412,7 +416,7 @@ async fn converge_or_widen<C: Configuration>(
 ) -> Result<Option<Written>, WriteError> {
     match converge::<C>(keeper, desired, bundle).await {
         Err(WriteError::Api(kube::Error::Api(refusal)))
-            if refusal.code == 422 && desired.target.narrow_calls =>
+            if refusal.code == 422 && desired.target.policy.narrow_calls =>
         {
             tracing::warn!(
                 configuration = C::NAME,

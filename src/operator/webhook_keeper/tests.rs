@@ -220,7 +220,7 @@ fn entries_of_gates_off_go_and_missing_ones_come() {
 // The steps against a scripted API server: exactly these calls, in this order.
 mod against_the_api {
     use super::*;
-    use crate::operator::scripted_api::{self, Step};
+    use crate::scripted_api::{self, Step};
     use base64::Engine;
     use hyper::http::{Method, StatusCode};
 
@@ -230,7 +230,11 @@ mod against_the_api {
     fn desired() -> Desired {
         Desired {
             gates: FeatureGates::default(),
-            target: WebhookTarget::from_flags(None, 9443, &crate::cli::EntryFlags::default()),
+            target: WebhookTarget::from_flags(
+                None,
+                9443,
+                &crate::install::entry_policy::EntryPolicy::default(),
+            ),
         }
     }
 

@@ -168,7 +168,11 @@ impl TestServer {
             .unwrap();
         // Built as `serve` builds it.
         let state = Arc::new(State::new(cache, resolver));
-        let admission = state.admission(gates);
+        let admission = koord_webhook::admission::Admission::new(
+            state.cache.clone(),
+            gates,
+            state.metrics.clone(),
+        );
         let shared = Arc::new(Shared::new(state, admission, limits));
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();

@@ -12,9 +12,10 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Value, json};
 
+use super::Calls;
 use super::pod::{PodReach, create_reach, validate_reach};
-use super::{Calls, Narrowing};
 use crate::admission::Admission;
+use crate::admission::webhooks::Narrowing;
 use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookSpec};
 use crate::apis::keys::*;
 use crate::cache::{CacheWriter, CachedObject};

@@ -108,7 +108,7 @@ impl LedgerStore for KubeLedgerStore {
 mod tests {
     use super::*;
     use crate::admission::ports::ChangeKind;
-    use crate::operator::scripted_api::{self, Step, status};
+    use crate::scripted_api::{self, Step, status};
     use hyper::http::{Method, StatusCode};
     use serde_json::json;
 

@@ -1,5 +1,5 @@
-//! The admission plugins' stores, against the API server: where quota evaluation reads and writes
-//! an ElasticQuota's `child-request` (`quota.rs`), and the ConfigMap through which replicas admit
+//! The admission ports (`admission/ports/`) implemented against the API server: where quota
+//! evaluation reads and writes an ElasticQuota's `child-request` (`quota.rs`), and the ConfigMap through which replicas admit
 //! ElasticQuota changes one at a time (`quota_ledger.rs`), and the webhook configurations a replica
 //! widens before a change needs a narrowed pod entry (`pod_reach.rs`). The plugins see only the traits
 //! (`admission::pod::quota::store`, `admission::elastic_quota::ledger`); `review` and

@@ -6,7 +6,7 @@
 
 use kube::core::admission::Operation;
 
-use super::pod::{PodEntry, Reach, profile_reach, quota_reach};
+use super::narrowing::pod::{PodEntry, Reach, profile_reach, quota_reach};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::{ClusterColocationProfile, ElasticQuota};

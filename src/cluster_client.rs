@@ -2,11 +2,26 @@
 //! chooses it: `--kubeconfig` and `--context` when given, else $KUBECONFIG, ~/.kube/config or the
 //! in-cluster service account.
 
+use std::path::PathBuf;
+
 use anyhow::Context;
+use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::cli::ClusterFlags;
+/// Which cluster and namespace a command reads, as kubectl chooses them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClusterFlags {
+    /// Path of the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// The namespace koord-webhook runs in.
+    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
+    pub namespace: String,
+}
 
 pub async fn client(flags: &ClusterFlags) -> anyhow::Result<Client> {
     let options = KubeConfigOptions {

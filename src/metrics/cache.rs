@@ -5,7 +5,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::KindLabels;
+use crate::metrics::labels::KindLabels;
 
 #[derive(Clone)]
 pub struct CacheMetrics {
