@@ -12,7 +12,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-use super::{TlsError, provider};
+use super::crypto::provider;
+use super::error::TlsError;
 
 /// A client-certificate verifier whose trusted CAs can be replaced.
 #[derive(Debug)]
@@ -146,7 +147,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_file_is_reread_and_an_unusable_one_keeps_the_ca_in_force() {
-        super::super::install_default_provider();
+        super::super::crypto::install_default_provider();
         let first = crate::certs::authority::issue_ca(Duration::from_secs(3600)).unwrap();
         let second = crate::certs::authority::issue_ca(Duration::from_secs(3600)).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CertResolver, TlsError};
+use super::error::TlsError;
+use super::resolver::CertResolver;
 
 /// The two files of a serving pair, with the contents last put in service.
 #[derive(Clone, Debug)]

@@ -11,7 +11,7 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::TlsError;
+use super::error::TlsError;
 
 #[derive(Default)]
 pub struct CertResolver {
@@ -62,7 +62,7 @@ fn load_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedPair, TlsError> {
         return Err(TlsError::NoCertificate);
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::NoKey(e.to_string()))?;
-    let certified = CertifiedKey::from_der(chain, key, &super::provider())?;
+    let certified = CertifiedKey::from_der(chain, key, &super::crypto::provider())?;
     Ok(LoadedPair {
         certified: Arc::new(certified),
         cert_pem: cert_pem.to_vec(),

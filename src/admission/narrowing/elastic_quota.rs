@@ -3,7 +3,7 @@
 //! `relevant_unchanged`). Quota evaluation writes `child-request` on every admitted pod: those
 //! updates need no call. CREATE and DELETE are always sent.
 
-use super::Condition;
+use super::calls::Condition;
 use super::cel::{Meta, any, field_changed, key_changed};
 use crate::apis::keys::{QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID};
 

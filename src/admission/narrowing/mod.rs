@@ -7,6 +7,7 @@
 //! call changes an answer): the property test in `tests.rs` evaluates these very expressions against random
 //! requests and checks that every skipped one would have been allowed unchanged.
 
+mod calls;
 pub mod cel;
 mod elastic_quota;
 mod node;
@@ -15,38 +16,10 @@ pub mod record;
 #[cfg(test)]
 mod tests;
 
-use k8s_openapi::api::admissionregistration::v1::MatchCondition;
-
 use crate::admission::webhooks::Narrowing;
 use crate::features::FeatureGates;
+pub use calls::{Calls, Condition};
 use pod::{PodEntry, PodReach};
-
-/// What an entry is called for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Calls {
-    /// Every request its rules and selectors match.
-    All,
-    /// Only requests meeting every condition (the API server ANDs them).
-    When(Vec<Condition>),
-    /// None: the entry is left out.
-    Never,
-}
-
-/// One named CEL expression; a request is sent when it is true.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Condition {
-    pub name: &'static str,
-    pub expression: String,
-}
-
-impl Condition {
-    pub fn to_match_condition(&self) -> MatchCondition {
-        MatchCondition {
-            name: self.name.to_owned(),
-            expression: self.expression.clone(),
-        }
-    }
-}
 
 impl Narrowing {
     /// The calls of an entry when narrowed, under these gates and with this cluster's pod reach
@@ -73,21 +46,6 @@ impl Narrowing {
         match self {
             Narrowing::PodReachGuard => Calls::Never,
             _ => Calls::All,
-        }
-    }
-}
-
-impl Calls {
-    /// The entry's `matchConditions` (`None` when it is sent every request).
-    pub fn match_conditions(&self) -> Option<Vec<MatchCondition>> {
-        match self {
-            Calls::When(conditions) => Some(
-                conditions
-                    .iter()
-                    .map(Condition::to_match_condition)
-                    .collect(),
-            ),
-            Calls::All | Calls::Never => None,
         }
     }
 }

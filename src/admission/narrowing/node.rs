@@ -4,7 +4,7 @@
 //! and an update only when the labels change (`node/slo_conflict.rs`) or the ratios are set to a
 //! new value.
 
-use super::Condition;
+use super::calls::Condition;
 use super::cel::{Meta, Var, any, has_any_key, has_key, key_changed, map_changed};
 use crate::apis::keys::{AMPLIFICATION_RATIO, RAW_ALLOCATABLE, RAW_CAPACITY};
 

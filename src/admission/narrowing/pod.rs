@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
+use super::calls::{Calls, Condition};
 use super::cel::{Meta, Var, exists, has_key, is_literal, literal};
-use super::{Calls, Condition};
 use crate::apis::keys::DEFAULT_QUOTA;
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::cache::quota_topology::QuotaInfo;

@@ -5,7 +5,7 @@
 use crate::apis::meta::annotation;
 use std::collections::BTreeMap;
 
-use super::Node;
+use super::object::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::admission::Operation;
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Node;
+use super::object::Node;
 use kube::core::admission::Operation;
 
 use crate::admission::chain::{Ctx, Step, Validator};

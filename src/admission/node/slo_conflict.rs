@@ -1,7 +1,7 @@
 //! A node whose labels change may not come to match two node strategies of one key of the
 //! slo-controller ConfigMap. On CREATE the conflict is only logged, as Koordinator does.
 
-use super::Node;
+use super::object::Node;
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 use kube::core::admission::Operation;
 

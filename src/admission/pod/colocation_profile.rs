@@ -28,7 +28,7 @@ impl Mutator<Pod> for ApplyColocationProfiles {
 }
 
 fn apply(ctx: &Ctx<'_, Pod>, pod: &mut Pod) -> PluginResult {
-    let namespace = super::pod_namespace(pod, ctx.request.namespace.as_deref());
+    let namespace = super::object::pod_namespace(pod, ctx.request.namespace.as_deref());
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let profiles = colocation::matching_profiles(ctx.cache, &labels, Some(namespace));
     if profiles.is_empty() {

@@ -55,7 +55,7 @@ impl Validator<Pod> for EnhancedValidator {
         if labels.get(SKIP_ENHANCED_VALIDATION).map(String::as_str) == Some("true") {
             return Ok(()).into();
         }
-        let namespace = super::pod_namespace(pod, ctx.request.namespace.as_deref());
+        let namespace = super::object::pod_namespace(pod, ctx.request.namespace.as_deref());
         check(&rules, namespace, labels)
             .map_err(Rejection::invalid)
             .into()

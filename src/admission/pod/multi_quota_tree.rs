@@ -27,7 +27,7 @@ impl Mutator<Pod> for MultiQuotaTreeAffinity {
 
     fn mutate<'a>(&'a self, ctx: &'a Ctx<'a, Pod>, pod: &'a mut Pod) -> Step<'a> {
         if matches!(ctx.operation(), Operation::Create) {
-            let namespace = super::pod_namespace(pod, ctx.request.namespace.as_deref());
+            let namespace = super::object::pod_namespace(pod, ctx.request.namespace.as_deref());
             if let Some(requirements) = tree_requirements(ctx, pod, namespace) {
                 add_requirements(pod, requirements);
             }

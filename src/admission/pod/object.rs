@@ -277,6 +277,17 @@ impl kube::Resource for Pod {
     }
 }
 
+/// The pod's namespace, or the request's when the object has none (a pod created through a
+/// controller often leaves it empty: the API server fills it in after admission).
+pub fn pod_namespace<'a>(pod: &'a Pod, request_namespace: Option<&'a str>) -> &'a str {
+    pod.metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty())
+        .or(request_namespace)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

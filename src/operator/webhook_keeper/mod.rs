@@ -13,33 +13,21 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
+
+mod configuration;
 
 use super::leader::Leadership;
 use super::write_error::WriteError;
-use crate::admission::narrowing::pod::PodEntry;
 use crate::features::FeatureGates;
 use crate::install::entry_policy::EntryPolicy;
-use crate::install::webhook_configurations;
 use crate::install::{ClientConfigMode, WebhookTarget};
-use crate::names::{FIELD_MANAGER, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
-
-/// The parts of an entry the operator reads and decides.
-#[derive(Debug)]
-struct EntryView<'a> {
-    name: &'a str,
-    client_config: &'a WebhookClientConfig,
-    failure_policy: Option<&'a str>,
-    timeout_seconds: Option<i32>,
-    namespace_selector: Option<&'a LabelSelector>,
-    match_conditions: Option<&'a Vec<MatchCondition>>,
-}
+use crate::names::FIELD_MANAGER;
+use configuration::{Configuration, EntryView};
 
 /// A field of an entry the operator owns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,62 +96,6 @@ pub struct Written {
     /// The API server refused the narrowed entries (the message); they were written wide.
     pub narrowing_refused: Option<String>,
 }
-
-trait Configuration:
-    kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
-{
-    const NAME: &'static str;
-    /// The pod entry this configuration holds.
-    const POD_ENTRY: PodEntry;
-    fn entries(&self) -> Vec<EntryView<'_>>;
-    /// Entry `name` as JSON (to add an entry the configuration lacks).
-    fn entry_json(&self, name: &str) -> Option<Value>;
-    fn desired(gates: &FeatureGates, target: &WebhookTarget, bundle: &[u8]) -> Self;
-}
-
-/// The two configuration kinds differ only in their entry type.
-macro_rules! configuration {
-    ($kind:ty, $name:expr, $pod_entry:expr, $render:path) => {
-        impl Configuration for $kind {
-            const NAME: &'static str = $name;
-            const POD_ENTRY: PodEntry = $pod_entry;
-            fn entries(&self) -> Vec<EntryView<'_>> {
-                self.webhooks
-                    .iter()
-                    .flatten()
-                    .map(|w| EntryView {
-                        name: &w.name,
-                        client_config: &w.client_config,
-                        failure_policy: w.failure_policy.as_deref(),
-                        timeout_seconds: w.timeout_seconds,
-                        namespace_selector: w.namespace_selector.as_ref(),
-                        match_conditions: w.match_conditions.as_ref(),
-                    })
-                    .collect()
-            }
-            fn entry_json(&self, name: &str) -> Option<Value> {
-                let entry = self.webhooks.iter().flatten().find(|w| w.name == name)?;
-                serde_json::to_value(entry).ok()
-            }
-            fn desired(gates: &FeatureGates, target: &WebhookTarget, bundle: &[u8]) -> Self {
-                $render(gates, target, Some(bundle))
-            }
-        }
-    };
-}
-
-configuration!(
-    MutatingWebhookConfiguration,
-    MUTATING_CONFIGURATION,
-    PodEntry::Create,
-    webhook_configurations::mutating
-);
-configuration!(
-    ValidatingWebhookConfiguration,
-    VALIDATING_CONFIGURATION,
-    PodEntry::Validate,
-    webhook_configurations::validating
-);
 
 /// What the operator wants published.
 #[derive(Clone, Debug)]

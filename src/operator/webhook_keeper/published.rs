@@ -6,7 +6,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::Client;
 use kube::api::Api;
 
-use super::Configuration;
+use super::configuration::Configuration;
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 /// One entry as the API server has it.

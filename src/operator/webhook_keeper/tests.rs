@@ -1,6 +1,7 @@
 use super::*;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ServiceReference;
+use k8s_openapi::api::admissionregistration::v1::WebhookClientConfig;
 
 fn service(bundle: &[u8]) -> WebhookClientConfig {
     WebhookClientConfig {

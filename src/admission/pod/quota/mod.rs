@@ -17,7 +17,7 @@ use crate::apis::keys::{DEFAULT_QUOTA, QUOTA_NAME};
 use crate::cache::Cache;
 use crate::features::{FeatureGates, Gate};
 
-pub use super::pod_namespace;
+pub use super::object::pod_namespace;
 
 pub fn resolve_quota_name(
     pod: &Pod,
