@@ -21,7 +21,7 @@ use super::outcome::Rejection;
 use super::patch;
 use super::pod::object::Pod;
 use super::review::{self, MalformedReview, Verdict, WireRequest};
-use super::webhooks::{FailurePolicy, WebhookSpec};
+use super::webhooks::{EndpointSpec, FailurePolicy};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, Reservation};
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
@@ -38,7 +38,7 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    pub fn spec(&self) -> &'static WebhookSpec {
+    pub fn spec(&self) -> &'static EndpointSpec {
         match self {
             Endpoint::Pod(e) => e.spec,
             Endpoint::ElasticQuota(e) => e.spec,
@@ -114,19 +114,19 @@ impl<T: Object> Chain<T> {
 }
 
 pub struct TypedEndpoint<T: Object> {
-    spec: &'static WebhookSpec,
+    spec: &'static EndpointSpec,
     chain: Chain<T>,
 }
 
 impl<T: Object> TypedEndpoint<T> {
     /// A mutating chain whose patch is the whole-object diff.
-    pub fn mutating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Mutator<T>>>) -> Self {
+    pub fn mutating(spec: &'static EndpointSpec, plugins: Vec<Box<dyn Mutator<T>>>) -> Self {
         Self::mutating_with_differ(spec, plugins, patch::diff::<T>)
     }
 
     /// A mutating chain whose patch `differ` computes.
     pub fn mutating_with_differ(
-        spec: &'static WebhookSpec,
+        spec: &'static EndpointSpec,
         plugins: Vec<Box<dyn Mutator<T>>>,
         differ: patch::Differ<T>,
     ) -> Self {
@@ -149,7 +149,7 @@ impl<T: Object> TypedEndpoint<T> {
         self
     }
 
-    pub fn validating(spec: &'static WebhookSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
+    pub fn validating(spec: &'static EndpointSpec, plugins: Vec<Box<dyn Validator<T>>>) -> Self {
         let chain = Chain::Validating { plugins };
         Self { spec, chain }
     }
@@ -347,7 +347,7 @@ impl<T: Object> TypedEndpoint<T> {
 /// A chain that would outlive the API server's wait. Under failurePolicy Ignore the API server would
 /// let the request through, so do we (with a warning); under Fail the user gets our reason instead of
 /// "context deadline exceeded".
-fn timed_out(spec: &WebhookSpec, env: &Env, deadline: Deadline) -> Verdict {
+fn timed_out(spec: &EndpointSpec, env: &Env, deadline: Deadline) -> Verdict {
     env.metrics.admission.error(spec.path, "timeout");
     let message = format!(
         "koord-webhook {} did not finish within {:?} (the API server waits {:?})",
@@ -365,7 +365,7 @@ fn timed_out(spec: &WebhookSpec, env: &Env, deadline: Deadline) -> Verdict {
 
 /// A panic fails its request alone: a 500 naming the plugin that was running, if one was.
 fn panicked(
-    spec: &WebhookSpec,
+    spec: &EndpointSpec,
     env: &Env,
     plugin: Option<&'static str>,
     panic: Box<dyn std::any::Any + Send>,

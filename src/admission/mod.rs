@@ -39,7 +39,7 @@ use env::Env;
 pub use env::Services;
 use review::MalformedReview;
 pub use settings::Settings;
-use webhooks::{WEBHOOKS, WebhookSpec};
+use webhooks::{EndpointName, EndpointSpec, WEBHOOKS};
 
 /// Why no AdmissionReview could be answered.
 #[derive(Debug, thiserror::Error)]
@@ -146,35 +146,38 @@ impl Admission {
 #[derive(Clone, Copy, Debug)]
 pub struct EndpointId(usize);
 
-fn build_endpoint(spec: &'static WebhookSpec) -> Endpoint {
-    use webhooks::*;
-    match spec.path {
-        MUTATE_POD => Endpoint::Pod(
+/// The chain behind each endpoint of the table: an exhaustive match, so a new [`EndpointName`]
+/// does not build until it has one.
+fn build_endpoint(spec: &'static EndpointSpec) -> Endpoint {
+    match spec.endpoint {
+        EndpointName::MutatePod => Endpoint::Pod(
             TypedEndpoint::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
                 .requiring_object(),
         ),
-        VALIDATE_POD => Endpoint::Pod(TypedEndpoint::validating(spec, pod::validators())),
-        MUTATE_ELASTIC_QUOTA => Endpoint::ElasticQuota(
+        EndpointName::ValidatePod => {
+            Endpoint::Pod(TypedEndpoint::validating(spec, pod::validators()))
+        }
+        EndpointName::MutateElasticQuota => Endpoint::ElasticQuota(
             TypedEndpoint::mutating(spec, elastic_quota::mutators()).requiring_object(),
         ),
-        VALIDATE_ELASTIC_QUOTA => {
+        EndpointName::ValidateElasticQuota => {
             Endpoint::ElasticQuota(TypedEndpoint::validating(spec, elastic_quota::validators()))
         }
-        MUTATE_NODE_STATUS => {
+        EndpointName::MutateNodeStatus => {
             Endpoint::Node(TypedEndpoint::mutating(spec, node::status_mutators()))
         }
-        VALIDATE_NODE => Endpoint::Node(TypedEndpoint::validating(spec, node::validators())),
-        MUTATE_RESERVATION => {
+        EndpointName::ValidateNode => {
+            Endpoint::Node(TypedEndpoint::validating(spec, node::validators()))
+        }
+        EndpointName::MutateReservation => {
             Endpoint::Reservation(TypedEndpoint::mutating(spec, reservation::mutators()))
         }
-        VALIDATE_COLOCATION_PROFILE => Endpoint::ColocationProfile(TypedEndpoint::validating(
-            spec,
-            colocation_profile::validators(),
-        )),
-        VALIDATE_CONFIGMAP => {
+        EndpointName::ValidateColocationProfile => Endpoint::ColocationProfile(
+            TypedEndpoint::validating(spec, colocation_profile::validators()),
+        ),
+        EndpointName::ValidateConfigMap => {
             Endpoint::ConfigMap(TypedEndpoint::validating(spec, configmap::validators()))
         }
-        other => unreachable!("webhook table entry {other} has no endpoint"),
     }
 }
 

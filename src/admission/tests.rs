@@ -117,7 +117,7 @@ fn admission(endpoints: Vec<endpoint::Endpoint>, gates: FeatureGates) -> Admissi
     Admission::with_endpoints(endpoints, Cache::empty(), gates, Metrics::new())
 }
 
-fn spec(path: &str) -> &'static WebhookSpec {
+fn spec(path: &str) -> &'static EndpointSpec {
     find(path).unwrap()
 }
 

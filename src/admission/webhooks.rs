@@ -24,9 +24,40 @@ impl FailurePolicy {
     }
 }
 
+/// Declares [`EndpointName`] and its complete list [`EndpointName::ALL`] from one list of variants, so
+/// that the list cannot miss one.
+macro_rules! endpoints {
+    ($($(#[$doc:meta])* $variant:ident),* $(,)?) => {
+        /// Every admission endpoint koord-webhook serves. Adding one is a variant here; the
+        /// compiler then asks for the rest: its row of [`WEBHOOKS`] (checked in order below) and
+        /// its chain (`admission::build_endpoint`, an exhaustive match). docs/recipes.md.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum EndpointName {
+            $($(#[$doc])* $variant),*
+        }
+
+        impl EndpointName {
+            pub const ALL: &'static [EndpointName] = &[$(EndpointName::$variant),*];
+        }
+    };
+}
+
+endpoints!(
+    MutatePod,
+    ValidatePod,
+    MutateElasticQuota,
+    ValidateElasticQuota,
+    MutateNodeStatus,
+    ValidateNode,
+    MutateReservation,
+    ValidateConfigMap,
+    ValidateColocationProfile,
+);
+
 /// One admission path served by koord-webhook.
 #[derive(Debug)]
-pub struct WebhookSpec {
+pub struct EndpointSpec {
+    pub endpoint: EndpointName,
     pub path: &'static str,
     pub gate: Gate,
     pub kind: WebhookKind,
@@ -107,8 +138,10 @@ pub const MUTATE_RESERVATION: &str = "/mutate-reservation";
 pub const VALIDATE_CONFIGMAP: &str = "/validate-configmap";
 pub const VALIDATE_COLOCATION_PROFILE: &str = "/validate-clustercolocationprofile";
 
-pub static WEBHOOKS: &[WebhookSpec] = &[
-    WebhookSpec {
+/// The table: one row per [`EndpointName`], in the order of [`EndpointName::ALL`].
+pub const WEBHOOKS: &[EndpointSpec] = &[
+    EndpointSpec {
+        endpoint: EndpointName::MutatePod,
         path: MUTATE_POD,
         gate: Gate::PodMutatingWebhook,
         kind: WebhookKind::Mutating,
@@ -130,7 +163,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             },
         ],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::ValidatePod,
         path: VALIDATE_POD,
         gate: Gate::PodValidatingWebhook,
         kind: WebhookKind::Validating,
@@ -150,7 +184,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             )
         }],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::MutateElasticQuota,
         path: MUTATE_ELASTIC_QUOTA,
         gate: Gate::ElasticMutatingWebhook,
         kind: WebhookKind::Mutating,
@@ -165,7 +200,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             "elasticquotas",
         )],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::ValidateElasticQuota,
         path: VALIDATE_ELASTIC_QUOTA,
         gate: Gate::ElasticValidatingWebhook,
         kind: WebhookKind::Validating,
@@ -185,7 +221,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             )
         }],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::MutateNodeStatus,
         path: MUTATE_NODE_STATUS,
         gate: Gate::NodeMutatingWebhook,
         kind: WebhookKind::Mutating,
@@ -203,7 +240,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             )
         }],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::ValidateNode,
         path: VALIDATE_NODE,
         gate: Gate::NodeValidatingWebhook,
         kind: WebhookKind::Validating,
@@ -221,7 +259,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             )
         }],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::MutateReservation,
         path: MUTATE_RESERVATION,
         gate: Gate::ReservationMutatingWebhook,
         kind: WebhookKind::Mutating,
@@ -236,7 +275,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             "reservations",
         )],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::ValidateConfigMap,
         path: VALIDATE_CONFIGMAP,
         gate: Gate::ConfigMapValidatingWebhook,
         kind: WebhookKind::Validating,
@@ -254,7 +294,8 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
             )
         }],
     },
-    WebhookSpec {
+    EndpointSpec {
+        endpoint: EndpointName::ValidateColocationProfile,
         path: VALIDATE_COLOCATION_PROFILE,
         // It keeps mpod-create narrowed safely, so it lives and dies with /mutate-pod.
         gate: Gate::PodMutatingWebhook,
@@ -276,6 +317,16 @@ pub static WEBHOOKS: &[WebhookSpec] = &[
     },
 ];
 
-pub fn find(path: &str) -> Option<&'static WebhookSpec> {
+// Every endpoint has its row, in order: a missing or extra row fails the build.
+const _: () = {
+    assert!(WEBHOOKS.len() == EndpointName::ALL.len());
+    let mut i = 0;
+    while i < WEBHOOKS.len() {
+        assert!(WEBHOOKS[i].endpoint as usize == EndpointName::ALL[i] as usize);
+        i += 1;
+    }
+};
+
+pub fn find(path: &str) -> Option<&'static EndpointSpec> {
     WEBHOOKS.iter().find(|w| w.path == path)
 }

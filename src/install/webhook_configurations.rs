@@ -12,7 +12,7 @@ use kube::api::ObjectMeta;
 use super::entry_policy::{EntryPolicy, NamespaceLabel};
 use crate::admission::narrowing::Calls;
 use crate::admission::narrowing::pod::{PodEntry, PodReach, Reach};
-use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookKind, WebhookSpec};
+use crate::admission::webhooks::{EndpointSpec, EntrySpec, WEBHOOKS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::names::{
     MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels, namespace,
@@ -64,7 +64,7 @@ impl WebhookTarget {
     }
 
     /// The entry's failurePolicy: the last `--failure-policy` naming it (or `all`), else the table's.
-    fn failure_policy(&self, webhook: &WebhookSpec, entry: &EntrySpec) -> String {
+    fn failure_policy(&self, webhook: &EndpointSpec, entry: &EntrySpec) -> String {
         self.policy
             .failure_policies
             .iter()
@@ -182,7 +182,7 @@ fn enabled<'a>(
     gates: &'a FeatureGates,
     target: &'a WebhookTarget,
     kind: WebhookKind,
-) -> impl Iterator<Item = (&'static WebhookSpec, &'static EntrySpec, Calls)> + 'a {
+) -> impl Iterator<Item = (&'static EndpointSpec, &'static EntrySpec, Calls)> + 'a {
     WEBHOOKS
         .iter()
         .filter(move |w| w.kind == kind && gates.enabled(w.gate))

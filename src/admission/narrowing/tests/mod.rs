@@ -16,7 +16,7 @@ use super::Calls;
 use super::pod::{PodReach, create_reach, validate_reach};
 use crate::admission::Admission;
 use crate::admission::webhooks::Narrowing;
-use crate::admission::webhooks::{EntrySpec, WEBHOOKS, WebhookSpec};
+use crate::admission::webhooks::{EndpointSpec, EntrySpec, WEBHOOKS};
 use crate::apis::keys::*;
 use crate::cache::{CacheWriter, CachedObject};
 use crate::features::{FeatureGates, Gate};
@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 /// Random cases per narrowed entry; four entries make 10,000 in all.
 const CASES: u32 = 2_500;
 
-fn entry(narrowing: Narrowing) -> (&'static WebhookSpec, &'static EntrySpec) {
+fn entry(narrowing: Narrowing) -> (&'static EndpointSpec, &'static EntrySpec) {
     WEBHOOKS
         .iter()
         .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
@@ -105,7 +105,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// The endpoint's answer: (allowed, has a patch).
 fn answer(
     runtime: &tokio::runtime::Runtime,
-    spec: &WebhookSpec,
+    spec: &EndpointSpec,
     gates: FeatureGates,
     cache: Vec<CachedObject>,
     request: &Value,
