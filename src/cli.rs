@@ -1,24 +1,23 @@
 //! Command line: one binary, one subcommand per job. Every flag of `serve` can also come from an
 //! environment variable, `KOORD_WEBHOOK_<FLAG>` (`--identity` from `POD_NAME`), as a Deployment
-//! sets them; the other subcommands, run by hand or by scripts, take flags only.
+//! sets them; the other subcommands, run by hand or by scripts, take flags only. Each part owns its
+//! flags beside the settings they make (`RuleFlags` in admission/settings.rs, `LimitFlags` in
+//! server/limits.rs, `OperatorFlags` in operator/flags.rs, `EntryPolicy` in install/); this file
+//! composes them into subcommands.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::admission::settings::{
-    DEFAULT_ENHANCED_VALIDATOR_CONFIG, DEFAULT_MAX_AMPLIFICATION_RATIO, DEFAULT_SLO_CONFIG_NAME,
-    Settings,
-};
+use crate::admission::settings::RuleFlags;
 use crate::cluster_client::ClusterFlags;
 use crate::duration::parse_duration_arg;
 use crate::install::entry_policy::EntryPolicy;
-use crate::operator::CertMode;
-use crate::server::Limits;
-use crate::server::limits;
+use crate::operator::flags::OperatorFlags;
+use crate::server::limits::LimitFlags;
 use crate::telemetry::LogFormat;
-use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -215,65 +214,6 @@ pub struct ServeArgs {
     pub enable_debug_endpoints: bool,
 }
 
-/// What one client can cost the server (src/server/limits.rs).
-#[derive(Args, Debug)]
-pub struct LimitFlags {
-    /// Largest admission request body accepted, in bytes (larger gets HTTP 413).
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_REQUEST_BYTES", default_value_t = limits::DEFAULT_MAX_BODY_BYTES)]
-    pub max_request_bytes: usize,
-    /// Request bytes held in memory at once over all connections; beyond it HTTP 503 at once.
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = limits::DEFAULT_MAX_INFLIGHT_BYTES)]
-    pub max_inflight_request_bytes: usize,
-    /// Time a client has to send a whole body (the API server's `?timeout=` shortens it); HTTP 408
-    /// after it.
-    #[arg(long, env = "KOORD_WEBHOOK_REQUEST_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration_arg)]
-    pub request_read_timeout: Duration,
-    /// Requests in flight on one connection (HTTP/2 streams); more get HTTP 503.
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_MAX_STREAMS_PER_CONNECTION)]
-    pub max_streams_per_connection: usize,
-    /// Open connections over all workers; more wait in the listen backlog.
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
-    /// Open connections from one client address; a connection over it is answered 503 and closed.
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = limits::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
-    pub max_connections_per_address: usize,
-    /// Memory the reviews in flight may take once decoded, estimated from each body's shape before
-    /// decoding; a review waits for room until its deadline (then 503). Default: 3/8 of
-    /// --memory-limit, or 96 MiB.
-    #[arg(long, env = "KOORD_WEBHOOK_DECODE_MEMORY_BUDGET")]
-    pub decode_memory_budget: Option<usize>,
-    /// The container's memory limit in bytes (the chart sets it from the Downward API); the decode
-    /// budget is derived from it.
-    #[arg(long, env = "KOORD_WEBHOOK_MEMORY_LIMIT")]
-    pub memory_limit: Option<u64>,
-    /// HTTP worker threads (default: the cores, at least 2, whatever the CPU limit).
-    #[arg(long, env = "KOORD_WEBHOOK_WORKERS")]
-    pub workers: Option<usize>,
-}
-
-impl LimitFlags {
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_body_bytes: self.max_request_bytes,
-            // The raw bytes held while reading: a quarter of the memory limit at most.
-            max_inflight_bytes: self
-                .memory_limit
-                .map_or(self.max_inflight_request_bytes, |l| {
-                    self.max_inflight_request_bytes
-                        .min(usize::try_from(l / 4).unwrap_or(usize::MAX))
-                }),
-            read_timeout: self.request_read_timeout,
-            max_streams_per_connection: self.max_streams_per_connection,
-            max_connections: self.max_connections,
-            max_connections_per_address: self.max_connections_per_address.max(1),
-            decode_budget: self
-                .decode_memory_budget
-                .unwrap_or_else(|| limits::decode_budget_for(self.memory_limit)),
-            workers: self.workers.unwrap_or_else(limits::default_workers),
-        }
-    }
-}
-
 #[derive(Args, Debug)]
 pub struct ReviewArgs {
     /// Objects the cache should contain: a YAML/JSON file (multi-document) or a directory of them.
@@ -309,136 +249,4 @@ pub struct ReviewArgs {
     pub exit_code: bool,
     #[command(flatten)]
     pub rules: RuleFlags,
-}
-
-/// Flags of the operator (cluster mode: `serve` without `--state`).
-#[derive(Args, Debug)]
-pub struct OperatorFlags {
-    /// Host (name or IP) the API server calls the webhook at: URL mode for the webhook
-    /// configurations and a SAN of the serving certificate. Without it, the in-cluster Service.
-    #[arg(long, env = "KOORD_WEBHOOK_WEBHOOK_HOST")]
-    pub webhook_host: Option<String>,
-    #[command(flatten)]
-    pub entries: EntryPolicy,
-    /// Elect one writer among the replicas through a Lease; false makes this process the leader.
-    #[arg(long, env = "KOORD_WEBHOOK_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
-    pub leader_elect: bool,
-    /// Name of this replica in the Lease and in Events (default: the host name and process id).
-    #[arg(long, env = "POD_NAME")]
-    pub identity: Option<String>,
-    /// Lifetime of the CA, e.g. `8760h`.
-    #[arg(long, env = "KOORD_WEBHOOK_CA_VALIDITY", default_value = "8760h", value_parser = parse_duration_arg)]
-    pub ca_validity: Duration,
-    /// Lifetime of a serving certificate, e.g. `720h`.
-    #[arg(long, env = "KOORD_WEBHOOK_CERT_VALIDITY", default_value = "720h", value_parser = parse_duration_arg)]
-    pub cert_validity: Duration,
-    /// Renew a certificate when less than this fraction of its lifetime remains.
-    #[arg(long, env = "KOORD_WEBHOOK_RENEW_FRACTION", default_value_t = 1.0 / 3.0, value_parser = parse_fraction)]
-    pub renew_fraction: f64,
-    /// How long the old CA stays trusted after serving moved to the new one.
-    #[arg(long, env = "KOORD_WEBHOOK_CA_ROTATION_GRACE", default_value = "2m", value_parser = parse_duration_arg)]
-    pub ca_rotation_grace: Duration,
-    /// How long the bundle with both CAs stays published before serving moves to the new CA
-    /// (API servers take a moment to load a changed webhook configuration).
-    #[arg(long, env = "KOORD_WEBHOOK_CA_PUBLISH_SETTLE", default_value = "10s", value_parser = parse_duration_arg)]
-    pub ca_publish_settle: Duration,
-    /// On first start (no CA of its own yet), take over the CA koord-manager's webhook keeps in
-    /// this Secret of the namespace (`ca-cert.pem`, `ca-key.pem`), so that both webhooks are trusted
-    /// by either caBundle while a migration runs; empty: never.
-    #[arg(
-        long,
-        env = "KOORD_WEBHOOK_ADOPT_CA_SECRET",
-        default_value = "koordinator-webhook-certs"
-    )]
-    pub adopt_ca_secret: String,
-    /// `self`: issue and rotate certificates; `external`: read `webhook-tls` as provided.
-    #[arg(
-        long,
-        env = "KOORD_WEBHOOK_CERT_MODE",
-        value_enum,
-        default_value = "self"
-    )]
-    pub cert_mode: CertMode,
-    /// Leader election (client-go semantics): followers take the Lease once its record has not
-    /// changed for --lease-duration; the leader gives up when it could not renew for
-    /// --lease-renew-deadline (shorter); every replica tries every --lease-retry-period.
-    #[arg(long, env = "KOORD_WEBHOOK_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg)]
-    pub lease_duration: Duration,
-    #[arg(long, env = "KOORD_WEBHOOK_LEASE_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration_arg)]
-    pub lease_renew_deadline: Duration,
-    #[arg(long, env = "KOORD_WEBHOOK_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
-    pub lease_retry_period: Duration,
-    /// How long a pod quota evaluation admitted may take to be stored: its charge stays in the
-    /// quota's child-request that long even before the pod is in the cache; the leader's recount
-    /// drops it after (and recounts every half of it).
-    #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
-    pub child_request_recount_quiet: Duration,
-    /// The leader narrows a pod entry to what its cache needs only once no change needing the
-    /// entry (a profile, a parent quota) has been admitted for this long, nor its cache synced
-    /// (longer than an admitted change takes to be stored and watched).
-    #[arg(long, env = "KOORD_WEBHOOK_NARROW_HOLD", default_value = "120s", value_parser = parse_duration_arg)]
-    pub narrow_hold: Duration,
-    /// On SIGTERM, keep serving this long before closing the listener: the API server routes by
-    /// EndpointSlices, which on a busy control plane follow a Pod's deletion by several seconds.
-    #[arg(long, env = "KOORD_WEBHOOK_DRAIN_DELAY", default_value = "10s", value_parser = parse_duration_arg)]
-    pub drain_delay: Duration,
-}
-
-fn parse_fraction(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
-        _ => Err(format!("{text:?} is not a number between 0 and 1")),
-    }
-}
-
-/// Flags of the admission rules, shared by `serve` and `review`.
-#[derive(Args, Debug)]
-pub struct RuleFlags {
-    /// Namespace of the slo-controller ConfigMap (default: koord-webhook's own, as Koordinator's).
-    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE")]
-    pub config_namespace: Option<String>,
-    /// Name of the slo-controller ConfigMap.
-    #[arg(long, env = "KOORD_WEBHOOK_SLO_CONFIG_NAME", default_value = DEFAULT_SLO_CONFIG_NAME)]
-    pub slo_config_name: String,
-    /// Require a unique `name` on every node strategy of the slo-controller ConfigMap.
-    #[arg(long, env = "KOORD_WEBHOOK_NODE_STRATEGY_NAME_NEED_CHECK", default_value_t = false, action = clap::ArgAction::Set)]
-    pub node_strategy_name_need_check: bool,
-    /// Largest resource amplification ratio a node may carry (at least 1).
-    #[arg(long, env = "KOORD_WEBHOOK_MAX_AMPLIFICATION_RATIO", default_value_t = DEFAULT_MAX_AMPLIFICATION_RATIO, value_parser = parse_max_ratio)]
-    pub max_amplification_ratio: f64,
-    /// Namespace of the ConfigMap of required-label rules (EnablePodEnhancedValidator; default:
-    /// koord-webhook's own).
-    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE")]
-    pub pod_enhanced_validator_config_namespace: Option<String>,
-    /// Name of that ConfigMap.
-    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]
-    pub pod_enhanced_validator_config_name: String,
-}
-
-impl RuleFlags {
-    pub fn settings(&self) -> Settings {
-        Settings {
-            config_namespace: self
-                .config_namespace
-                .clone()
-                .unwrap_or_else(|| crate::names::namespace().to_owned()),
-            slo_config_name: self.slo_config_name.clone(),
-            node_strategy_name_need_check: self.node_strategy_name_need_check,
-            max_amplification_ratio: self.max_amplification_ratio,
-            enhanced_validator_config: (
-                self.pod_enhanced_validator_config_namespace
-                    .clone()
-                    .unwrap_or_else(|| crate::names::namespace().to_owned()),
-                self.pod_enhanced_validator_config_name.clone(),
-            ),
-            ..Settings::default()
-        }
-    }
-}
-
-fn parse_max_ratio(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 1.0 => Ok(v),
-        _ => Err(format!("{text:?} is not a number of at least 1")),
-    }
 }

@@ -1,4 +1,8 @@
-//! Settings of the admission rules that come from flags rather than from the cluster.
+//! Settings of the admission rules that come from flags rather than from the cluster: the flags
+//! (`RuleFlags`, flattened into `serve` and `review`) and what they become (`Settings`). A rule's
+//! new flag is a field here and a line of `RuleFlags::settings` (docs/recipes.md).
+
+use clap::Args;
 
 use crate::names::namespace;
 
@@ -58,5 +62,57 @@ impl Settings {
         all.sort();
         all.dedup();
         all
+    }
+}
+
+/// Flags of the admission rules, shared by `serve` and `review`.
+#[derive(Args, Debug)]
+pub struct RuleFlags {
+    /// Namespace of the slo-controller ConfigMap (default: koord-webhook's own, as Koordinator's).
+    #[arg(long, env = "KOORD_WEBHOOK_CONFIG_NAMESPACE")]
+    pub config_namespace: Option<String>,
+    /// Name of the slo-controller ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_SLO_CONFIG_NAME", default_value = DEFAULT_SLO_CONFIG_NAME)]
+    pub slo_config_name: String,
+    /// Require a unique `name` on every node strategy of the slo-controller ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_NODE_STRATEGY_NAME_NEED_CHECK", default_value_t = false, action = clap::ArgAction::Set)]
+    pub node_strategy_name_need_check: bool,
+    /// Largest resource amplification ratio a node may carry (at least 1).
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_AMPLIFICATION_RATIO", default_value_t = DEFAULT_MAX_AMPLIFICATION_RATIO, value_parser = parse_max_ratio)]
+    pub max_amplification_ratio: f64,
+    /// Namespace of the ConfigMap of required-label rules (EnablePodEnhancedValidator; default:
+    /// koord-webhook's own).
+    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAMESPACE")]
+    pub pod_enhanced_validator_config_namespace: Option<String>,
+    /// Name of that ConfigMap.
+    #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]
+    pub pod_enhanced_validator_config_name: String,
+}
+
+impl RuleFlags {
+    pub fn settings(&self) -> Settings {
+        Settings {
+            config_namespace: self
+                .config_namespace
+                .clone()
+                .unwrap_or_else(|| namespace().to_owned()),
+            slo_config_name: self.slo_config_name.clone(),
+            node_strategy_name_need_check: self.node_strategy_name_need_check,
+            max_amplification_ratio: self.max_amplification_ratio,
+            enhanced_validator_config: (
+                self.pod_enhanced_validator_config_namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace().to_owned()),
+                self.pod_enhanced_validator_config_name.clone(),
+            ),
+            ..Settings::default()
+        }
+    }
+}
+
+fn parse_max_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 1.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a number of at least 1")),
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod certificates;
 pub mod child_requests;
+pub mod flags;
 pub mod leader;
 
 pub(crate) mod secrets;

@@ -6,7 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Args;
+
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::duration::parse_duration_arg;
 
 /// The API server may send a 3 MiB object twice (an UPDATE): 8 MiB leaves room for the envelope.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -163,6 +167,65 @@ impl DecodeBudget {
 /// Requests in flight on one connection: a semaphore put into each connection's data.
 #[derive(Debug, Clone)]
 pub struct ConnectionStreams(pub Arc<Semaphore>);
+
+/// What one client can cost the server (src/server/limits.rs).
+#[derive(Args, Debug)]
+pub struct LimitFlags {
+    /// Largest admission request body accepted, in bytes (larger gets HTTP 413).
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_REQUEST_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_request_bytes: usize,
+    /// Request bytes held in memory at once over all connections; beyond it HTTP 503 at once.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_INFLIGHT_REQUEST_BYTES", default_value_t = DEFAULT_MAX_INFLIGHT_BYTES)]
+    pub max_inflight_request_bytes: usize,
+    /// Time a client has to send a whole body (the API server's `?timeout=` shortens it); HTTP 408
+    /// after it.
+    #[arg(long, env = "KOORD_WEBHOOK_REQUEST_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration_arg)]
+    pub request_read_timeout: Duration,
+    /// Requests in flight on one connection (HTTP/2 streams); more get HTTP 503.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
+    pub max_streams_per_connection: usize,
+    /// Open connections over all workers; more wait in the listen backlog.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Open connections from one client address; a connection over it is answered 503 and closed.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
+    pub max_connections_per_address: usize,
+    /// Memory the reviews in flight may take once decoded, estimated from each body's shape before
+    /// decoding; a review waits for room until its deadline (then 503). Default: 3/8 of
+    /// --memory-limit, or 96 MiB.
+    #[arg(long, env = "KOORD_WEBHOOK_DECODE_MEMORY_BUDGET")]
+    pub decode_memory_budget: Option<usize>,
+    /// The container's memory limit in bytes (the chart sets it from the Downward API); the decode
+    /// budget is derived from it.
+    #[arg(long, env = "KOORD_WEBHOOK_MEMORY_LIMIT")]
+    pub memory_limit: Option<u64>,
+    /// HTTP worker threads (default: the cores, at least 2, whatever the CPU limit).
+    #[arg(long, env = "KOORD_WEBHOOK_WORKERS")]
+    pub workers: Option<usize>,
+}
+
+impl LimitFlags {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_body_bytes: self.max_request_bytes,
+            // The raw bytes held while reading: a quarter of the memory limit at most.
+            max_inflight_bytes: self
+                .memory_limit
+                .map_or(self.max_inflight_request_bytes, |l| {
+                    self.max_inflight_request_bytes
+                        .min(usize::try_from(l / 4).unwrap_or(usize::MAX))
+                }),
+            read_timeout: self.request_read_timeout,
+            max_streams_per_connection: self.max_streams_per_connection,
+            max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address.max(1),
+            decode_budget: self
+                .decode_memory_budget
+                .unwrap_or_else(|| decode_budget_for(self.memory_limit)),
+            workers: self.workers.unwrap_or_else(default_workers),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
