@@ -150,6 +150,10 @@ pub struct ManifestArgs {
     /// The key of that ConfigMap or Secret holding the PEM bundle.
     #[arg(long, default_value = "ca.crt")]
     pub client_ca_key: String,
+    /// Any other `serve` flag for the Deployment, `NAME=VALUE` (e.g. `lease-duration=30s`;
+    /// `NAME=true` for a switch); repeatable. The chart's `serve:` value takes the same.
+    #[arg(long = "serve-flag")]
+    pub serve_flags: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -59,10 +59,12 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::ChartFiles { dir } => match koord_webhook::install::chart_files::write(&dir) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(format!("{e:#}")),
-        },
+        Command::ChartFiles { dir } => {
+            match koord_webhook::install::chart_files::write(&dir, &cmd::manifests::serve_flags()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(format!("{e:#}")),
+            }
+        }
         Command::Crds => match koord_webhook::apis::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");

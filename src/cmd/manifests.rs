@@ -2,9 +2,39 @@
 
 use anyhow::Context;
 
-use crate::cli::ManifestArgs;
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Cli, ManifestArgs};
 use crate::features::FeatureGates;
+use crate::install::serve_flags::ServeFlags;
 use crate::install::{self, ClientCaMount, ClientCaObject, InstallOptions, WebhookTarget};
+
+/// The table of `serve` flags an install may set (`--serve-flag`, the chart's `serve:`).
+pub fn serve_flags() -> ServeFlags {
+    let mut cli = Cli::command();
+    // Built, so that the global flags (`--log-format`) are among serve's.
+    cli.build();
+    let serve = cli
+        .find_subcommand("serve")
+        .expect("the serve subcommand is defined in cli.rs");
+    ServeFlags::of(serve)
+}
+
+/// `--serve-flag`s as `serve` arguments, each checked against the table and all of them parsed as
+/// `serve` parses them, so a bad value is refused here rather than by a crash-looping replica.
+fn serve_args(flags: &[String]) -> anyhow::Result<Vec<String>> {
+    let table = serve_flags();
+    let mut args = Vec::new();
+    for flag in flags {
+        args.extend(table.arg(flag).context("--serve-flag")?);
+    }
+    let argv = ["koord-webhook", "serve"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(args.iter().cloned());
+    Cli::try_parse_from(argv).context("--serve-flag")?;
+    Ok(args)
+}
 
 pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
@@ -34,6 +64,7 @@ pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
     };
     Ok(install::render(&InstallOptions {
         image: args.image.clone(),
+        serve_args: serve_args(&args.serve_flags)?,
         gates,
         target,
         client_ca: object.map(|object| ClientCaMount {
@@ -41,4 +72,70 @@ pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
             key: args.client_ca_key.clone(),
         }),
     })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::install::serve_flags::{OWNED, ServeFlagError, ServeFlags};
+    use clap::CommandFactory;
+
+    fn table() -> ServeFlags {
+        super::serve_flags()
+    }
+
+    #[test]
+    fn every_serve_flag_is_settable_or_owned_by_a_value() {
+        let table = table();
+        let mut cli = crate::cli::Cli::command();
+        cli.build();
+        let serve = cli.find_subcommand("serve").unwrap();
+        for arg in serve.get_arguments().filter(|a| !a.is_hide_set()) {
+            let Some(name) = arg.get_long() else { continue };
+            assert!(
+                name == "help" || table.flags.contains_key(name) || table.owned.contains_key(name),
+                "--{name}"
+            );
+        }
+        // Every owned name is a flag of serve (a renamed flag must not leave a stale row).
+        for (name, _) in OWNED {
+            assert!(
+                serve.get_arguments().any(|a| a.get_long() == Some(name)),
+                "--{name} is no serve flag"
+            );
+        }
+        let ratio = &table.flags["max-amplification-ratio"];
+        assert_eq!(ratio.default.as_deref(), Some("5"));
+        assert!(!ratio.switch && !ratio.repeatable);
+        assert!(table.flags["enable-debug-endpoints"].switch);
+        assert_eq!(
+            table.flags["lease-duration"].default.as_deref(),
+            Some("15s")
+        );
+    }
+
+    #[test]
+    fn a_serve_flag_becomes_its_argument_or_a_clear_refusal() {
+        let table = table();
+        assert_eq!(
+            table.arg("max-amplification-ratio=3"),
+            Ok(Some("--max-amplification-ratio=3".to_owned()))
+        );
+        assert_eq!(
+            table.arg("enable-debug-endpoints=true"),
+            Ok(Some("--enable-debug-endpoints".to_owned()))
+        );
+        assert_eq!(table.arg("enable-debug-endpoints=false"), Ok(None));
+        assert_eq!(
+            table.arg("cert-mode=external").unwrap_err().to_string(),
+            "--cert-mode is set from certificates.mode, not as a serve flag"
+        );
+        assert_eq!(
+            table.arg("no-such-flag=1").unwrap_err(),
+            ServeFlagError::Unknown("no-such-flag".into())
+        );
+        assert!(matches!(
+            table.arg("lease-duration"),
+            Err(ServeFlagError::Shape(_))
+        ));
+    }
 }

@@ -88,6 +88,7 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
     if let Some(ca) = &options.client_ca {
         args.push(format!("--client-ca-file={}", ca.file()));
     }
+    args.extend(options.serve_args.iter().cloned());
     // Mounted whole (no subPath), so the kubelet's updates reach the file and the replica re-reads it.
     let client_ca_volume = options.client_ca.as_ref().map(|ca| {
         let items = Some(vec![KeyToPath {

@@ -8,6 +8,7 @@ mod deployment;
 pub mod entry_policy;
 mod options;
 pub mod rbac;
+pub mod serve_flags;
 pub mod webhook_configurations;
 
 use serde::Serialize;

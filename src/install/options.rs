@@ -14,6 +14,8 @@ pub const DEFAULT_IMAGE: &str = concat!(
 #[derive(Debug, Clone)]
 pub struct InstallOptions {
     pub image: String,
+    /// Further `serve` arguments of the Deployment (`--serve-flag`, checked by `serve_flags.rs`).
+    pub serve_args: Vec<String>,
     pub gates: FeatureGates,
     pub target: WebhookTarget,
     /// Where the CA bundle of caller authentication comes from (`--client-ca-file`), if any.

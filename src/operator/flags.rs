@@ -62,8 +62,10 @@ pub struct OperatorFlags {
     /// --lease-renew-deadline (shorter); every replica tries every --lease-retry-period.
     #[arg(long, env = "KOORD_WEBHOOK_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg)]
     pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives the Lease up.
     #[arg(long, env = "KOORD_WEBHOOK_LEASE_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration_arg)]
     pub lease_renew_deadline: Duration,
+    /// How often every replica tries to acquire or renew the Lease.
     #[arg(long, env = "KOORD_WEBHOOK_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
     pub lease_retry_period: Duration,
     /// How long a pod quota evaluation admitted may take to be stored: its charge stays in the

@@ -132,7 +132,11 @@ fn install_manifests_are_the_chart_rendered() {
 #[test]
 fn chart_files_are_current() {
     let dir = tempfile::tempdir().unwrap();
-    koord_webhook::install::chart_files::write(dir.path()).unwrap();
+    koord_webhook::install::chart_files::write(
+        dir.path(),
+        &koord_webhook::cmd::manifests::serve_flags(),
+    )
+    .unwrap();
     for name in ["crds.yaml", "rbac.yaml", "webhooks.yaml"] {
         let rendered = std::fs::read_to_string(dir.path().join(name)).unwrap();
         assert_current(&format!("charts/koord-webhook/files/{name}"), &rendered);
@@ -214,6 +218,61 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
     }
 }
 
+/// Any other `serve` flag: the chart's `serve:` value and `manifests --serve-flag` give the same
+/// Deployment (the flags checked against one table, the binary's own); `extraArgs` and `extraEnv`
+/// are added as they are; `manifests` refuses a value `serve` would refuse.
+#[test]
+fn serve_flags_are_values_of_the_chart_and_flags_of_manifests() {
+    let chart = helm_template(
+        "koordinator-system",
+        &[
+            "createNamespace=true",
+            "serve.max-amplification-ratio=3",
+            "serve.lease-duration=30s",
+            "serve.max-request-bytes=8388608",
+            "serve.enable-debug-endpoints=true",
+        ],
+    );
+    let binary = manifests(&[
+        "--serve-flag=enable-debug-endpoints=true",
+        "--serve-flag=lease-duration=30s",
+        "--serve-flag=max-amplification-ratio=3",
+        "--serve-flag=max-request-bytes=8388608",
+    ]);
+    assert!(chart.contains("--max-request-bytes=8388608"), "{chart}");
+    assert_same_objects(&chart, &binary, "serve flags");
+
+    let extra = helm_template(
+        "koordinator-system",
+        &[
+            "extraArgs={--workers=4}",
+            "extraEnv[0].name=KOORD_WEBHOOK_NARROW_HOLD",
+            "extraEnv[0].value=60s",
+        ],
+    );
+    assert!(extra.contains("- \"--workers=4\""), "{extra}");
+    assert!(extra.contains("name: KOORD_WEBHOOK_NARROW_HOLD"), "{extra}");
+
+    for (flag, message) in [
+        ("--serve-flag=lease-duration=soon", "lease-duration"),
+        (
+            "--serve-flag=cert-mode=external",
+            "set from certificates.mode",
+        ),
+        ("--serve-flag=nope=1", "has no flag --nope"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .args(["manifests", flag])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(message),
+            "{flag}: {stderr}"
+        );
+    }
+}
+
 /// Bad values stop the render with a message rather than installing something else.
 #[test]
 fn the_chart_refuses_bad_values() {
@@ -230,6 +289,22 @@ fn the_chart_refuses_bad_values() {
         (
             "clientCA.configMap=a,clientCA.secret=b",
             "a configMap or a secret, not both",
+        ),
+        (
+            "serve.cert-mode=external",
+            "--cert-mode is set from certificates.mode",
+        ),
+        (
+            "serve.no-such-flag=1",
+            "koord-webhook serve has no flag --no-such-flag",
+        ),
+        (
+            "serve.lease-duration={1s,2s}",
+            "--lease-duration takes one value",
+        ),
+        (
+            "serve.enable-debug-endpoints=yes",
+            "is a switch: true or false",
         ),
     ] {
         let out = std::process::Command::new(helm())

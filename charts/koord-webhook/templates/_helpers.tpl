@@ -104,4 +104,39 @@ app.kubernetes.io/name: koord-webhook
 {{- if ne .Values.logging.format "text" }}
 - --log-format={{ .Values.logging.format }}
 {{- end }}
+{{- include "koord-webhook.serveFlags" . }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The `serve:` values as flags, each checked against files/serve-flags.yaml (koord-webhook's own
+     table of its flags: the same check as `koord-webhook manifests --serve-flag`). */}}
+{{- define "koord-webhook.serveFlags" -}}
+{{- $table := .Files.Get "files/serve-flags.yaml" | fromYaml }}
+{{- range $name, $value := .Values.serve }}
+{{- if hasKey $table.owned $name }}
+{{- fail (printf "serve.%s: --%s is set from %s, not as a serve flag" $name $name (index $table.owned $name)) }}
+{{- end }}
+{{- if not (hasKey $table.flags $name) }}
+{{- fail (printf "serve.%s: koord-webhook serve has no flag --%s" $name $name) }}
+{{- end }}
+{{- $flag := index $table.flags $name }}
+{{- $values := ternary $value (list $value) (kindIs "slice" $value) }}
+{{- if and (gt (len $values) 1) (not $flag.repeatable) }}
+{{- fail (printf "serve.%s: --%s takes one value" $name $name) }}
+{{- end }}
+{{- range $values }}
+{{- if $flag.switch }}
+{{- if not (kindIs "bool" .) }}{{ fail (printf "serve.%s: --%s is a switch: true or false" $name $name) }}{{ end }}
+{{- if . }}
+- --{{ $name }}
+{{- end }}
+{{- else }}
+{{- /* Whole numbers as integers: Helm reads every number as a float (8388608 would be 8.388608e+06). */}}
+{{- $text := ternary (int64 .) . (and (kindIs "float64" .) (eq (float64 (int64 .)) .)) }}
+- {{ printf "--%s=%v" $name $text | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
