@@ -292,6 +292,32 @@ async fn manager_webhook(node: &Node, on: bool) {
     )
     .await;
     rolled_out(node, "koord-manager", Duration::from_secs(120)).await;
+    // `rollout status` returns while the old Pod still terminates; its server closes the
+    // connections the API server reuses until it has stopped, which is part of this step.
+    old_pods_gone(node, "koord-app=koord-manager", Duration::from_secs(60)).await;
+}
+
+/// Waits until no Pod of `selector` is terminating.
+async fn old_pods_gone(node: &Node, selector: &str, within: Duration) {
+    eventually(within, "the old Pods stopped", || async {
+        let terminating = node
+            .kubectl_ok(
+                &[
+                    "-n",
+                    NAMESPACE,
+                    "get",
+                    "pods",
+                    "-l",
+                    selector,
+                    "-o",
+                    "jsonpath={.items[*].metadata.deletionTimestamp}",
+                ],
+                None,
+            )
+            .await;
+        terminating.trim().is_empty().then_some(())
+    })
+    .await;
 }
 
 /// The Service's selector names whose Pods serve admission.
