@@ -261,6 +261,8 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         None,
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // Every refusal on the way, for the message below.
+    let attempts = std::sync::Mutex::new(Vec::new());
     let refused_later = eventually(
         Duration::from_secs(10),
         "a pod refused by the ResourceQuota",
@@ -275,16 +277,25 @@ spec: {max: {cpu: "10", memory: 100Gi}}
                 Ok(_) => panic!("the ResourceQuota let an eighth pod in"),
                 Err(e) => e.to_string(),
             };
+            attempts.lock().unwrap().push(err.clone());
             // Until the recount, evaluation itself refuses it (child-request still says 10).
             err.contains("quota: seven").then_some(err)
         },
     )
     .await;
     eprintln!("refused after our admission: {refused_later}");
+    // At least the refused pod stays counted until the recount. An attempt that passed evaluation
+    // and was then refused by the API server for another reason counts too, so more than one may
+    // (seen in local CI runs: 9 and 10; the message lists every attempt).
     let leaked = annotation(eval_quotas.get("q-eval").await.unwrap()).unwrap_or_default();
+    let leaked_cpu: u32 = serde_json::from_str::<serde_json::Value>(&leaked)
+        .ok()
+        .and_then(|v| v["cpu"].as_str().and_then(|c| c.parse().ok()))
+        .unwrap_or(0);
     assert!(
-        leaked.contains("\"cpu\":\"8\""),
-        "evaluation counted the refused pod until the recount: {leaked}"
+        (8..=10).contains(&leaked_cpu),
+        "evaluation counted the refused pod until the recount: {leaked}; attempts: {:?}",
+        attempts.lock().unwrap()
     );
     let recounted = eventually(
         Duration::from_secs(20),
