@@ -760,6 +760,15 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
             .contains("reservation no-such not found"),
         "{refused}"
     );
+    // The old replicas' shutdown is not what this step checks (the node test counts failures
+    // through rolling upgrades): the claim is created once they have stopped. A create right at the
+    // end of their drain once met an EOF (docs/migration.md).
+    old_pods_gone(
+        node,
+        "app.kubernetes.io/name=koord-webhook",
+        Duration::from_secs(60),
+    )
+    .await;
     pods.create(
         &PostParams::default(),
         &claiming("claims-demo", "reserve-demo"),
