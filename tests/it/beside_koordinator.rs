@@ -680,17 +680,18 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
     );
     node.kubectl_ok(&["create", "-f", "-"], Some(&reservation.to_string()))
         .await;
-    let status = |out: &std::process::Output| -> Value {
+    // The Reservation's status as kubectl shows it (null while it cannot be read).
+    let status = || async {
+        let out = node
+            .kubectl(&["get", "reservation", "reserve-demo", "-o", "json"], None)
+            .await;
         serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default()["status"].clone()
     };
     eventually(
         Duration::from_secs(60),
         "koord-scheduler making the Reservation Available on the node",
         || async {
-            let out = node
-                .kubectl(&["get", "reservation", "reserve-demo", "-o", "json"], None)
-                .await;
-            let status = status(&out);
+            let status = status().await;
             (status["phase"] == "Available" && status["nodeName"] == NODE_NAME).then_some(())
         },
     )
@@ -783,10 +784,7 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
         Duration::from_secs(30),
         "the Reservation naming claims-demo as its owner",
         || async {
-            let out = node
-                .kubectl(&["get", "reservation", "reserve-demo", "-o", "json"], None)
-                .await;
-            let status = status(&out);
+            let status = status().await;
             (status["currentOwners"][0]["name"] == "claims-demo").then_some(status)
         },
     )
