@@ -3,6 +3,7 @@
 //! every part keeps its own logic, and only what is shared lives here.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cache::Cache;
@@ -18,6 +19,8 @@ pub struct State {
     pub readiness: Readiness,
     /// The certificate the admission server presents; the operator swaps it.
     pub resolver: Arc<CertResolver>,
+    /// Set on SIGTERM: the admission server still answers, and closes each connection after it.
+    pub draining: Draining,
 }
 
 impl State {
@@ -27,6 +30,7 @@ impl State {
             metrics: Metrics::new(),
             readiness: Readiness::default(),
             resolver,
+            draining: Draining::default(),
         }
     }
 }
@@ -56,5 +60,19 @@ impl Readiness {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, String>> {
         self.failing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Whether this replica has been told to stop. Only ever set: a replica does not come back.
+#[derive(Default)]
+pub struct Draining(AtomicBool);
+
+impl Draining {
+    pub fn start(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn started(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
     }
 }

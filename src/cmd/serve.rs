@@ -19,7 +19,6 @@ use crate::kube_ports::pod_reach::KubePodReachGuard;
 use crate::kube_ports::quota::KubeQuotaStore;
 use crate::kube_ports::quota_ledger::KubeLedgerStore;
 use crate::metrics::operator::CertLabels;
-use crate::names::{SERVICE_NAME, namespace};
 use crate::operator::certificates::CertPolicy;
 use crate::operator::flags::OperatorFlags;
 use crate::operator::leader::LeaseTimings;
@@ -42,10 +41,6 @@ fn operator_config(
             .unwrap_or_else(|_| "koord-webhook".to_owned());
         format!("{host}-{}", std::process::id())
     });
-    let verify_host = flags
-        .webhook_host
-        .clone()
-        .unwrap_or_else(|| format!("{SERVICE_NAME}.{}.svc", namespace()));
     OperatorConfig {
         identity,
         leader_elect: flags.leader_elect,
@@ -70,7 +65,6 @@ fn operator_config(
         },
         child_request_quiet: flags.child_request_recount_quiet,
         narrow_hold: flags.narrow_hold,
-        verify_host,
         config_maps: settings.config_maps(),
     }
 }
@@ -240,7 +234,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             return result.context("server task failed")?.context("server stopped with an error");
         }
     }
-    // The API server may still route to this replica for a moment: keep answering, then close.
+    // The API server may still route to this replica for a moment: keep answering, each answer
+    // closing its connection (`server/drain.rs`), then stop.
+    state.draining.start();
     if operator_task.is_some() {
         tracing::info!(delay = ?args.operator.drain_delay, "terminating: draining");
         state.readiness.set_not_ready("shutdown", "terminating");

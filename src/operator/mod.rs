@@ -63,8 +63,6 @@ pub struct OperatorConfig {
     /// How long after the last admitted change that needed a pod entry (and after its cache
     /// synced) the leader may narrow it (`--narrow-hold`).
     pub narrow_hold: Duration,
-    /// The host name the API server calls the webhook at (readiness verifies the pair for it).
-    pub verify_host: String,
     /// The ConfigMaps the rules read (namespace, name): the only ones the cache watches.
     pub config_maps: Vec<(String, String)>,
 }
@@ -416,7 +414,7 @@ async fn check_readiness(
             (_, None) => Err("the webhook configurations have not been read yet".to_owned()),
             (_, Some(Err(e))) => Err(e.clone()),
             (Some(pair), Some(Ok(bundle))) => {
-                authority::verify_serving(&pair.cert_pem, bundle, &config.verify_host)
+                authority::verify_serving(&pair.cert_pem, bundle, config.policy.verify_host())
             }
         };
         for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {

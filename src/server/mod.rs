@@ -2,6 +2,7 @@
 //! plain-HTTP operations server (`ops.rs`: metrics, health, debug).
 
 mod admission;
+mod drain;
 pub mod health;
 pub mod limits;
 pub mod ops;
@@ -59,6 +60,7 @@ pub fn build(
         // known path is a 405 naming the one it takes, any other path a 404. Metrics and debug
         // views are on the operations port only (`ops.rs`).
         let mut app = App::new()
+            .wrap_fn(drain::close_when_draining)
             .wrap_fn(per_address::refuse_when_full)
             .app_data(data.clone())
             .service(only("/healthz", Method::GET).route(web::get().to(health::healthz)))

@@ -22,16 +22,20 @@ const KOORDINATOR_CONFIGURATIONS: &str = "koordinator/manifests/webhook-configur
 const INSTALL: &str = "manifests/install.yaml";
 /// The migration's first apply: everything of koord-webhook but its Service.
 const ALL_BUT_THE_SERVICE: &str = "app.kubernetes.io/component!=webhook-service";
-/// At most this many calls may fail while koord-manager's webhook server shuts down (step 3), and
-/// only as a connection it closed under the API server (docs/migration.md: its HTTP/1.1 server
-/// closes keep-alive connections the API server is about to reuse, and the API server does not
-/// retry a POST). Every other failure fails the test.
-const WINDOW_ALLOWANCE: usize = 3;
+/// The calls that may fail while koord-manager's webhook server shuts down (step 3), and only as a
+/// connection it closed under the API server (docs/migration.md: its HTTP/1.1 server closes the
+/// keep-alive connections the API server is about to reuse, and the API server does not retry a
+/// POST). Their number depends on the machine's scheduling latency, not on koord-webhook: the test
+/// requires them to come from one shutdown, all within ONE_SHUTDOWN of each other, and at most
+/// one per connection the API server may hold to the Service (client-go keeps up to 25 idle per
+/// host). Every other failure fails the test.
+const ONE_SHUTDOWN: Duration = Duration::from_secs(1);
+const CONNECTIONS_HELD: usize = 25;
 /// koord-webhook's `--drain-delay` (its default): a replica answers this long after SIGTERM.
 const DRAIN_DELAY: Duration = Duration::from_secs(10);
 const CLOSED_UNDER_THE_API_SERVER: &[&str] = &["EOF", "broken pipe", "connection reset"];
 /// Seen once in seven ways back, while the Service moved back to koord-manager (not yet explained:
-/// docs/migration.md); allowed in that step only, and counted.
+/// docs/migration.md); allowed in that step only, from one instant as above, and counted.
 const NO_ENDPOINTS: &[&str] = &["no endpoints available"];
 const MANAGER_WEBHOOK_ON: &str = "--feature-gates=WebhookFramework=true";
 const MANAGER_WEBHOOK_OFF: &str = "--feature-gates=WebhookFramework=false";
@@ -131,8 +135,8 @@ impl AdmissionLoad {
     }
 
     /// Stops the load 3 s after the steps that began at `started`; prints the counts of `phase`
-    /// and asserts that no Koordinator pod went unmutated and no admission failed, but for at most
-    /// WINDOW_ALLOWANCE failures of the named kinds within `window` (docs/migration.md).
+    /// and asserts that no Koordinator pod went unmutated and no admission failed, but for the
+    /// failures of the named kinds within `window` that one shutdown explains (docs/migration.md).
     async fn stop_after(
         self,
         started: Instant,
@@ -158,9 +162,15 @@ impl AdmissionLoad {
         });
         eprintln!("{phase}: failed within the allowed window: {raced:?}");
         assert!(other.is_empty(), "{phase}, failed: {other:?}");
+        let times = || raced.iter().map(|(at, _)| *at);
+        let span = match (times().min(), times().max()) {
+            (Some(first), Some(last)) => last - first,
+            _ => Duration::ZERO,
+        };
         assert!(
-            raced.len() <= WINDOW_ALLOWANCE,
-            "{phase}, failed: {raced:?}"
+            raced.len() <= CONNECTIONS_HELD && span <= ONE_SHUTDOWN,
+            "{phase}: {} failed over {span:?}, more than one shutdown: {raced:?}",
+            raced.len()
         );
         assert!(
             counts.unmutated.is_empty(),
@@ -761,15 +771,9 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
             .contains("reservation no-such not found"),
         "{refused}"
     );
-    // The old replicas' shutdown is not what this step checks (the node test counts failures
-    // through rolling upgrades): the claim is created once they have stopped. A create right at the
-    // end of their drain once met an EOF (docs/migration.md).
-    old_pods_gone(
-        node,
-        "app.kubernetes.io/name=koord-webhook",
-        Duration::from_secs(60),
-    )
-    .await;
+    // Created at once, while the old replicas may still drain: each closes the API server's
+    // connection after every answer it gives then, so none is closed under this call when they
+    // stop (`server/drain.rs`; before, a create at the very end of their drain once met an EOF).
     pods.create(
         &PostParams::default(),
         &claiming("claims-demo", "reserve-demo"),

@@ -660,11 +660,29 @@ spec:
     );
 
     // SIGTERM with requests in flight: the replica keeps serving through its drain delay, answers
-    // what it has, releases the Lease and exits 0.
+    // what it has, releases the Lease and exits 0. A keep-alive HTTP/1.1 connection (how the API
+    // server calls a Service) stays open before it and is closed after its next answer during the
+    // drain, so a caller moves to another replica before this one stops.
+    let mut held = support::tls_client::connect(operator.addr, support::tls_client::Proto::Http1)
+        .await
+        .unwrap();
+    let (status, headers, _) = held.get_with_headers("/healthz").await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("connection"), None, "{headers:?}");
     let load = Load::start(client.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
     operator.signal_term();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, headers, _) = held.get_with_headers("/healthz").await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers.get("connection").map(|v| v.to_str().unwrap()),
+        Some("close"),
+        "{headers:?}"
+    );
+    let reused = held.get_with_headers("/healthz").await;
+    assert!(reused.is_err(), "the connection stayed open: {reused:?}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let (ok, failed) = load.stop().await;
     assert!(ok > 5 && failed.is_empty(), "{ok} ok, failed: {failed:?}");
     assert!(operator.wait().success(), "{}", operator.log_text());

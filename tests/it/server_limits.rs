@@ -113,16 +113,21 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
     }
     let mut health = connect(server.addr, Proto::Http1).await.unwrap();
     assert_eq!(health.get("/healthz").await.0, StatusCode::OK);
-    let (mut ok, mut busy) = (0, 0);
+    // An upload admitted to the budget but slower than the 1 s read deadline (a loaded machine:
+    // 360 MiB through TLS on loopback) is answered 408, the bound working too.
+    let (mut ok, mut busy, mut slow) = (0, 0, 0);
     while let Some(done) = uploads.join_next().await {
         match done.unwrap().expect("every upload gets an answer") {
             StatusCode::OK => ok += 1,
             StatusCode::SERVICE_UNAVAILABLE => busy += 1,
+            StatusCode::REQUEST_TIMEOUT => slow += 1,
             other => panic!("unexpected status {other}"),
         }
     }
-    eprintln!("60 uploads of 6 MiB: {ok} answered, {busy} refused with 503");
-    assert_eq!(ok + busy, 60);
+    eprintln!(
+        "60 uploads of 6 MiB: {ok} answered, {busy} refused with 503, {slow} past the deadline (408)"
+    );
+    assert_eq!(ok + busy + slow, 60);
     assert!(ok > 0, "some uploads fit the budget");
     assert!(busy > 0, "60 x 6 MiB cannot all be held within 32 MiB");
     assert_eq!(health.get("/healthz").await.0, StatusCode::OK);

@@ -407,3 +407,31 @@ fn a_draining_start_behind_this_clock_ends_the_phase_at_once() {
     let step = phase_step(&draining, false, &policy(), at(2011.0));
     assert_eq!(step.advance.unwrap().1, CertEvent::CaRotationDone);
 }
+
+/// `--webhook-host [::1]`: the pair is issued for the address without brackets, and the host
+/// readiness and the planner verify against is that same address (one place derives it).
+#[test]
+fn a_bracketed_ipv6_webhook_host_is_issued_and_verified_without_brackets() {
+    let policy = CertPolicy {
+        hosts: crate::operator::serving_hosts(Some("[::1]")),
+        ..policy()
+    };
+    assert_eq!(policy.verify_host(), "::1");
+    let first = plan(Observed::default(), &policy, at(0.0)).unwrap();
+    let (ca, serving) = (&first.ca.ca, &first.tls.serving);
+    authority::verify_serving_at(
+        serving.cert_pem.as_bytes(),
+        ca.cert_pem.as_bytes(),
+        policy.verify_host(),
+        at(1.0),
+    )
+    .unwrap();
+    // And the pair is checked for the host, not merely signed: the Service name is not `::1`'s.
+    let elsewhere = authority::verify_serving_at(
+        serving.cert_pem.as_bytes(),
+        ca.cert_pem.as_bytes(),
+        "elsewhere.example",
+        at(1.0),
+    );
+    assert!(elsewhere.is_err(), "{elsewhere:?}");
+}

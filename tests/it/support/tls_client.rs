@@ -220,6 +220,27 @@ impl Conn {
         path: &str,
         body: Body,
     ) -> Result<(StatusCode, Vec<u8>), Box<dyn std::error::Error + Send + Sync>> {
+        let (status, _, body) = self.exchange(method, path, body).await?;
+        Ok((status, body))
+    }
+
+    /// A GET, with the answer's headers.
+    pub async fn get_with_headers(
+        &mut self,
+        path: &str,
+    ) -> Result<(StatusCode, hyper::HeaderMap, Vec<u8>), Box<dyn std::error::Error + Send + Sync>>
+    {
+        self.exchange("GET", path, Full::new(Bytes::new()).boxed())
+            .await
+    }
+
+    async fn exchange(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Body,
+    ) -> Result<(StatusCode, hyper::HeaderMap, Vec<u8>), Box<dyn std::error::Error + Send + Sync>>
+    {
         let request = Request::builder()
             .method(method)
             .uri(path)
@@ -236,9 +257,9 @@ impl Conn {
                 s.send_request(request).await?
             }
         };
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes().to_vec();
-        Ok((status, body))
+        let (head, body) = response.into_parts();
+        let body = body.collect().await?.to_bytes().to_vec();
+        Ok((head.status, head.headers, body))
     }
 
     pub async fn post(&mut self, path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
