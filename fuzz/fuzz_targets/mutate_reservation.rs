@@ -1,5 +1,8 @@
 #![no_main]
-// Any body sent to MUTATE_RESERVATION: decode, chain, response.
+// Any body sent to the endpoint below: decode, chain, response.
 libfuzzer_sys::fuzz_target!(|body: &[u8]| {
-    koord_webhook_fuzz::review(koord_webhook::admission::webhooks::MUTATE_RESERVATION, body)
+    koord_webhook_fuzz::review(
+        koord_webhook::admission::webhooks::EndpointName::MutateReservation,
+        body,
+    )
 });

@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use koord_webhook::admission::Admission;
+use koord_webhook::admission::webhooks::EndpointName;
 use koord_webhook::cache::load::load_state;
 use koord_webhook::features::FeatureGates;
 use koord_webhook::metrics::Metrics;
@@ -32,9 +33,11 @@ fn admission() -> &'static (Admission, tokio::runtime::Runtime) {
     })
 }
 
-/// A body to `path`: either an HTTP error (Err) or a response that is an AdmissionReview.
-pub fn review(path: &str, body: &[u8]) {
+/// A body to `endpoint`'s path: either an HTTP error (Err) or a response that is an
+/// AdmissionReview. Every endpoint has a target calling this (checked in the main crate).
+pub fn review(endpoint: EndpointName, body: &[u8]) {
     let (admission, runtime) = admission();
+    let path = endpoint.spec().path;
     let answer = runtime.block_on(admission.review(path, body, Some(Duration::from_secs(10))));
     if let Ok(response) = answer {
         let review: serde_json::Value =

@@ -327,6 +327,45 @@ const _: () = {
     }
 };
 
+impl EndpointName {
+    /// Its row of [`WEBHOOKS`] (the rows are in the variants' order, checked above).
+    pub fn spec(self) -> &'static EndpointSpec {
+        &WEBHOOKS[self as usize]
+    }
+}
+
 pub fn find(path: &str) -> Option<&'static EndpointSpec> {
     WEBHOOKS.iter().find(|w| w.path == path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every endpoint is fuzzed: a target under fuzz/fuzz_targets reviews bodies through it
+    /// (`scripts/fuzz` runs every target in CI). A new endpoint fails here until it has one.
+    #[test]
+    fn every_endpoint_has_a_fuzz_target() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/fuzz_targets");
+        let targets: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+            .collect();
+        for endpoint in EndpointName::ALL {
+            let call = format!("EndpointName::{endpoint:?},");
+            assert!(
+                targets.iter().any(|source| source.contains(&call)),
+                "no fuzz target reviews through {endpoint:?} ({}): add one under {dir}",
+                endpoint.spec().path
+            );
+        }
+    }
+
+    #[test]
+    fn an_endpoint_name_finds_its_own_row() {
+        for &endpoint in EndpointName::ALL {
+            assert_eq!(endpoint.spec().endpoint, endpoint);
+            assert_eq!(find(endpoint.spec().path).unwrap().endpoint, endpoint);
+        }
+    }
 }
