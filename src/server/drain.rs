@@ -10,27 +10,25 @@
 
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
 use actix_web::http::ConnectionType;
-use actix_web::web;
 use futures::TryFutureExt;
 use futures::future::{Either, MapOk};
 
-use super::Shared;
+use crate::state::Draining;
 
 type Closing<F, B> = MapOk<F, fn(ServiceResponse<B>) -> ServiceResponse<B>>;
 
-/// Middleware (`wrap_fn`): while the replica drains, the answer closes its connection.
+/// Middleware (`wrap_fn`, over the process's flag): while the replica drains, the answer closes
+/// its connection.
 pub fn close_when_draining<S, B>(
+    draining: &Draining,
     req: ServiceRequest,
     service: &S,
 ) -> Either<Closing<S::Future, B>, S::Future>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
 {
-    let draining = req
-        .app_data::<web::Data<Shared>>()
-        .is_some_and(|shared| shared.state.draining.started());
     let answer = service.call(req);
-    match draining {
+    match draining.started() {
         true => Either::Left(answer.map_ok(close as fn(_) -> _)),
         false => Either::Right(answer),
     }

@@ -59,8 +59,9 @@ pub fn build(
         // The kubelet's probes, then one POST route per enabled endpoint; any other method on a
         // known path is a 405 naming the one it takes, any other path a 404. Metrics and debug
         // views are on the operations port only (`ops.rs`).
+        let state = data.state.clone();
         let mut app = App::new()
-            .wrap_fn(drain::close_when_draining)
+            .wrap_fn(move |req, service| drain::close_when_draining(&state.draining, req, service))
             .wrap_fn(per_address::refuse_when_full)
             .app_data(data.clone())
             .service(only("/healthz", Method::GET).route(web::get().to(health::healthz)))
