@@ -69,7 +69,7 @@ pub fn load_state(path: &Path) -> Result<CacheWriter, LoadError> {
             }
         }
     }
-    writer.pods.mark_ready();
+    writer.mark_ready();
     Ok(writer)
 }
 
@@ -212,12 +212,10 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
         ("v1", "ConfigMap") => CachedObject::ConfigMap(de(value, &kind)?),
         ("v1", "Namespace") => CachedObject::Namespace(de(value, &kind)?),
         ("scheduling.k8s.io/v1", "PriorityClass") => CachedObject::PriorityClass(de(value, &kind)?),
-        ("v1", "Node") => CachedObject::Node(metadata_only(value, &kind, super::slim_node)?),
-        ("v1", "Pod") => CachedObject::Pod(super::IndexedPod::from_meta(&metadata_only(
-            value,
-            &kind,
-            |_| {},
-        )?)),
+        ("v1", "Node") => CachedObject::Node(metadata_only(value, &kind)?),
+        ("v1", "Pod") => {
+            CachedObject::Pod(super::IndexedPod::from_meta(&metadata_only(value, &kind)?))
+        }
         _ => {
             return Err(format!(
                 "unsupported object apiVersion={api_version:?} kind={kind:?} (the cache holds ElasticQuota, \
@@ -229,12 +227,8 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
     Ok(object)
 }
 
-/// Keeps what the metadata-only watches keep (`slim` is theirs).
-fn metadata_only<K>(
-    mut value: Value,
-    kind: &str,
-    slim: fn(&mut PartialObjectMeta<K>),
-) -> Result<PartialObjectMeta<K>, String>
+/// The object's metadata alone, as the metadata-only watches receive it.
+fn metadata_only<K>(mut value: Value, kind: &str) -> Result<PartialObjectMeta<K>, String>
 where
     K: kube::Resource<DynamicType = ()>,
 {
@@ -244,9 +238,7 @@ where
         .unwrap_or_default();
     let metadata = serde_json::from_value::<kube::core::ObjectMeta>(metadata)
         .map_err(|e| format!("{kind}: {e}"))?;
-    let mut partial = metadata.into_response_partial::<K>();
-    slim(&mut partial);
-    Ok(partial)
+    Ok(metadata.into_response_partial::<K>())
 }
 
 #[cfg(test)]

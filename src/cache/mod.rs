@@ -1,20 +1,23 @@
 //! The in-memory cluster view every admission plugin reads.
 //!
-//! One store per kind, each a kube-runtime reflector store: many readers at once, writers hold a lock
-//! only for the map update, never across an await. In `review` and `serve --state` the stores are
-//! filled from files ([`load`]); in cluster mode the operator's watches feed the same writers.
+//! One store per kind ([`store`]): many readers at once, writers hold a lock only for the map
+//! update, never across an await; each object slimmed to what the rules read ([`slim`]) and
+//! relisted in place. In `review` and `serve --state` the stores are filled from files ([`load`]);
+//! in cluster mode the operator's watches feed the same writers.
 
 pub mod lenient;
 pub mod load;
 pub mod pod_index;
 pub mod quota_topology;
+pub mod slim;
+pub mod store;
 pub mod watch;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{Store, store::Writer};
-use kube::runtime::watcher;
+use kube::core::metadata::PartialObjectMetaExt;
+use store::{Store, Writer};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -35,9 +38,10 @@ pub struct Cache {
     pub reservations: Store<Reservation>,
     pub colocation_profiles: Store<ClusterColocationProfile>,
     pub config_maps: Store<ConfigMap>,
-    pub namespaces: Store<Namespace>,
+    /// Name and labels only: what the profiles' namespace selectors read.
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub priority_classes: Store<PriorityClass>,
-    /// Labels only: what the node conflict checks read.
+    /// Name and labels only: what the node conflict checks read.
     pub nodes: Store<PartialObjectMeta<Node>>,
     /// Namespace, name and quota label only: what the quota checks read.
     pub pods: Arc<PodIndex>,
@@ -52,7 +56,7 @@ pub struct CacheWriter {
     pub reservations: Writer<Reservation>,
     pub colocation_profiles: Writer<ClusterColocationProfile>,
     pub config_maps: Writer<ConfigMap>,
-    pub namespaces: Writer<Namespace>,
+    pub namespaces: Writer<PartialObjectMeta<Namespace>>,
     pub priority_classes: Writer<PriorityClass>,
     pub nodes: Writer<PartialObjectMeta<Node>>,
     pub pods: Arc<PodIndex>,
@@ -75,27 +79,6 @@ pub enum CachedObject {
     Pod(IndexedPod),
 }
 
-/// What the cache keeps of a Node: name and labels (the SLO config's node selectors match them).
-/// Annotations, owners and field managers are most of a node's metadata and no plugin reads them.
-pub fn slim_node(object: &mut kube::core::PartialObjectMeta<Node>) {
-    let labels = object.metadata.labels.take();
-    slim_meta(object);
-    object.metadata.labels = labels;
-}
-
-/// Keeps name, namespace, uid and resourceVersion (the store's identity of an object).
-fn slim_meta<K>(object: &mut kube::core::PartialObjectMeta<K>) {
-    let meta = std::mem::take(&mut object.metadata);
-    object.metadata = kube::core::ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        ..Default::default()
-    };
-    object.types = None;
-}
-
 impl CacheWriter {
     pub fn reader(&self) -> Cache {
         Cache {
@@ -114,27 +97,35 @@ impl CacheWriter {
 
     /// Inserts or replaces one object.
     pub fn apply(&mut self, object: CachedObject) {
-        fn put<K>(w: &mut Writer<K>, obj: K)
-        where
-            K: kube::Resource + Clone + 'static,
-            K::DynamicType: Eq + std::hash::Hash + Clone,
-        {
-            w.apply_watcher_event(&watcher::Event::Apply(obj));
-        }
         match object {
             CachedObject::ElasticQuota(o) => {
                 write_topology(&self.quota_topology).upsert(QuotaInfo::from_quota(&o));
-                put(&mut self.elastic_quotas, o)
+                self.elastic_quotas.upsert(o)
             }
-            CachedObject::ElasticQuotaProfile(o) => put(&mut self.elastic_quota_profiles, o),
-            CachedObject::Reservation(o) => put(&mut self.reservations, o),
-            CachedObject::ColocationProfile(o) => put(&mut self.colocation_profiles, o),
-            CachedObject::ConfigMap(o) => put(&mut self.config_maps, o),
-            CachedObject::Namespace(o) => put(&mut self.namespaces, o),
-            CachedObject::PriorityClass(o) => put(&mut self.priority_classes, o),
-            CachedObject::Node(o) => put(&mut self.nodes, o),
+            CachedObject::ElasticQuotaProfile(o) => self.elastic_quota_profiles.upsert(o),
+            CachedObject::Reservation(o) => self.reservations.upsert(o),
+            CachedObject::ColocationProfile(o) => self.colocation_profiles.upsert(o),
+            CachedObject::ConfigMap(o) => self.config_maps.upsert(o),
+            CachedObject::Namespace(o) => {
+                self.namespaces.upsert(o.metadata.into_response_partial())
+            }
+            CachedObject::PriorityClass(o) => self.priority_classes.upsert(o),
+            CachedObject::Node(o) => self.nodes.upsert(o),
             CachedObject::Pod(o) => self.pods.upsert(&o),
         }
+    }
+
+    /// Marks every store complete without a watch (a state loaded from files).
+    pub fn mark_ready(&self) {
+        self.elastic_quotas.mark_ready();
+        self.elastic_quota_profiles.mark_ready();
+        self.reservations.mark_ready();
+        self.colocation_profiles.mark_ready();
+        self.config_maps.mark_ready();
+        self.namespaces.mark_ready();
+        self.priority_classes.mark_ready();
+        self.nodes.mark_ready();
+        self.pods.mark_ready();
     }
 }
 
@@ -162,8 +153,7 @@ impl Cache {
 
     /// A ConfigMap by namespace and name.
     pub fn config_map(&self, namespace: &str, name: &str) -> Option<Arc<ConfigMap>> {
-        self.config_maps
-            .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+        self.config_maps.get(Some(namespace), name)
     }
 
     /// Every cached node's name and labels, sorted by name.
@@ -183,9 +173,9 @@ impl Cache {
         nodes
     }
 
-    /// Waits until every store has had its first full list; false if a writer went away.
-    pub async fn wait_until_synced(&self) -> bool {
-        let r = tokio::join!(
+    /// Waits until every store has had its first full list.
+    pub async fn wait_until_synced(&self) {
+        tokio::join!(
             self.elastic_quotas.wait_until_ready(),
             self.elastic_quota_profiles.wait_until_ready(),
             self.reservations.wait_until_ready(),
@@ -196,15 +186,6 @@ impl Cache {
             self.nodes.wait_until_ready(),
             self.pods.wait_until_ready(),
         );
-        // The pod index has no writer to lose.
-        r.0.is_ok()
-            && r.1.is_ok()
-            && r.2.is_ok()
-            && r.3.is_ok()
-            && r.4.is_ok()
-            && r.5.is_ok()
-            && r.6.is_ok()
-            && r.7.is_ok()
     }
 
     /// An empty cache, for tests and for endpoints that read nothing.

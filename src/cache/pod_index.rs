@@ -54,6 +54,8 @@ fn charge_key(charge: &Resources) -> String {
 struct Entry {
     quota: Option<Arc<str>>,
     charged: Option<Arc<Resources>>,
+    /// The relist that last brought it (0: a watch event or a file).
+    epoch: u32,
 }
 
 #[derive(Default)]
@@ -63,8 +65,10 @@ struct Pods {
     quota_names: HashSet<Arc<str>>,
     /// Charges shared by every pod that has the same (by their JSON text).
     charges: HashMap<String, Arc<Resources>>,
-    /// A relist in progress: the pods seen so far, swapped in when it is complete.
-    relisting: Option<HashMap<PodKey, Entry>>,
+    /// The relist in progress, if any: the pods it brings carry this epoch, and at its end the
+    /// others are dropped (applied in place: never a second map of every pod).
+    relisting: Option<u32>,
+    epochs: u32,
 }
 
 impl Pods {
@@ -87,7 +91,15 @@ impl Pods {
                 .or_insert_with(|| Arc::new(charge.clone()))
                 .clone()
         });
-        (key, Entry { quota, charged })
+        let epoch = self.relisting.unwrap_or(0);
+        (
+            key,
+            Entry {
+                quota,
+                charged,
+                epoch,
+            },
+        )
     }
 }
 
@@ -123,7 +135,8 @@ impl PodIndex {
         pods.by_key.insert(key, quota);
     }
 
-    /// Follows a watch the way a reflector store does: a relist replaces the whole set at its end.
+    /// Follows a watch: a relist is applied in place, and at its end the pods it did not bring are
+    /// dropped (never a second map of every pod).
     pub fn apply(&self, event: &Event<IndexedPod>) {
         let mut pods = self.write();
         match event {
@@ -135,14 +148,22 @@ impl PodIndex {
                 let (key, _) = pods.entry(pod);
                 pods.by_key.remove(&key);
             }
-            Event::Init => pods.relisting = Some(HashMap::new()),
+            Event::Init => {
+                pods.epochs = pods.epochs.wrapping_add(1).max(1);
+                pods.relisting = Some(pods.epochs);
+            }
             Event::InitApply(pod) => {
                 let (key, quota) = pods.entry(pod);
-                pods.relisting.get_or_insert_default().insert(key, quota);
+                pods.by_key.insert(key, quota);
             }
             Event::InitDone => {
-                if let Some(relisted) = pods.relisting.take() {
-                    pods.by_key = relisted;
+                if let Some(epoch) = pods.relisting.take() {
+                    pods.by_key.retain(|_, e| {
+                        let keep = e.epoch == epoch;
+                        e.epoch = 0;
+                        keep
+                    });
+                    pods.by_key.shrink_to_fit();
                     let named: HashSet<Arc<str>> = pods
                         .by_key
                         .values()
@@ -279,13 +300,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_relist_replaces_everything_when_complete() {
+    async fn a_relist_applies_in_place_and_drops_the_rest_when_complete() {
         let index = PodIndex::default();
         index.upsert(&pod("a", "old", Some("q")));
+        index.upsert(&pod("a", "kept", Some("q")));
         index.apply(&Event::Init);
         index.apply(&Event::InitApply(pod("a", "new", Some("q"))));
-        // Until the relist is done, readers see the previous set.
-        assert_eq!(index.labelled_for_quota("q"), ["old"]);
+        index.apply(&Event::InitApply(pod("a", "kept", Some("q"))));
+        // Until the relist is done, readers see the pods it has brought and the ones before it.
+        assert_eq!(index.labelled_for_quota("q"), ["kept", "new", "old"]);
+        index.apply(&Event::InitDone);
+        assert_eq!(index.labelled_for_quota("q"), ["kept", "new"]);
+        // A later relist drops what it does not bring, whatever the one before brought.
+        index.apply(&Event::Init);
+        index.apply(&Event::InitApply(pod("a", "new", Some("q"))));
         index.apply(&Event::InitDone);
         assert_eq!(index.labelled_for_quota("q"), ["new"]);
         index.wait_until_ready().await;

@@ -1,22 +1,23 @@
-//! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Nodes are watched
-//! as metadata only, pods reduced to what the pod index keeps; ConfigMaps only those the rules read, by name; Koordinator's kinds leniently
-//! (`lenient.rs`). A broken watch resumes with
+//! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Nodes
+//! and Namespaces are watched as metadata only (an `Api<PartialObjectMeta<K>>` asks for nothing else), pods reduced to what the pod index keeps; ConfigMaps
+//! only those the rules read, by name; Koordinator's kinds leniently (`lenient.rs`). Every object is
+//! slimmed as it arrives and a relist is applied in place (`store.rs`). A broken watch resumes with
 //! kube-runtime's backoff while the cache stays readable.
 
 use std::fmt::Debug;
-use std::hash::Hash;
 
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::lenient::{Lenient, SetAside, Unreadable};
+use super::slim::Slim;
+use super::store::Writer;
 use super::{CacheWriter, IndexedPod, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::cache::CacheMetrics;
@@ -29,7 +30,7 @@ use tokio::sync::mpsc;
 async fn drive<T, S>(
     kind: &'static str,
     stream: S,
-    mut apply: impl FnMut(&T) + Send,
+    mut apply: impl FnMut(T) + Send,
     restarts: Family<KindLabels, Counter>,
 ) where
     S: Stream<Item = watcher::Result<T>> + Send,
@@ -37,7 +38,7 @@ async fn drive<T, S>(
     stream
         .for_each(|event| {
             match event {
-                Ok(event) => apply(&event),
+                Ok(event) => apply(event),
                 Err(e) => {
                     tracing::warn!(kind, error = %e, "watch failed; resuming");
                     restarts.get_or_create(&KindLabels { kind }).inc();
@@ -48,13 +49,14 @@ async fn drive<T, S>(
         .await;
 }
 
-/// Applies events to a reflector store, as kube-runtime's `reflector` does.
-fn into<K>(mut writer: Writer<K>) -> impl FnMut(&Event<K>) + Send
+/// Applies events to a store.
+fn into<K>(mut writer: Writer<K>) -> impl FnMut(Event<K>) + Send
 where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Send,
+    K: Resource + Slim + Send + Sync + 'static,
 {
-    move |event| writer.apply_watcher_event(event)
+    move |event| {
+        writer.apply(event);
+    }
 }
 
 /// A watch of one of Koordinator's kinds, whose unreadable objects are set aside (`lenient.rs`).
@@ -79,8 +81,17 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default,
 {
-    watcher::watcher(api, Config::default()).default_backoff()
+    watcher::watcher(api, config()).default_backoff()
 }
+
+/// Lists in pages of [`LIST_PAGE`] objects: a page is decoded whole before its objects are slimmed,
+/// and every watch relists at once after an API-server restart, so the page bounds that moment's
+/// transient memory (kube-runtime's default of 500 whole quotas or pods is several MiB per watch).
+fn config() -> Config {
+    Config::default().page_size(LIST_PAGE)
+}
+
+const LIST_PAGE: u32 = 100;
 
 /// One watch per ConfigMap the rules read, by field selector on its name (nothing else of its
 /// namespace is listed or held), merged; each event with the index of the watch it came from.
@@ -92,7 +103,7 @@ fn named_config_maps(
         .iter()
         .enumerate()
         .map(|(source, (namespace, name))| {
-            let config = Config::default().fields(&format!("metadata.name={name}"));
+            let config = config().fields(&format!("metadata.name={name}"));
             watcher::watcher(
                 Api::<ConfigMap>::namespaced(client.clone(), namespace),
                 config,
@@ -110,28 +121,27 @@ fn named_config_maps(
 fn follow_named(
     mut writer: Writer<ConfigMap>,
     sources: usize,
-) -> impl FnMut(&(usize, Event<ConfigMap>)) + Send {
+) -> impl FnMut((usize, Event<ConfigMap>)) + Send {
     let mut current: Vec<Option<ConfigMap>> = vec![None; sources];
     let mut listing: Vec<Option<ConfigMap>> = vec![None; sources];
     let mut listed = vec![false; sources];
     move |(i, event)| {
-        let i = *i;
         match event {
-            Event::Apply(o) => current[i] = Some(o.clone()),
+            Event::Apply(o) => current[i] = Some(o),
             Event::Delete(_) => current[i] = None,
             Event::Init => listing[i] = None,
-            Event::InitApply(o) => listing[i] = Some(o.clone()),
+            Event::InitApply(o) => listing[i] = Some(o),
             Event::InitDone => {
                 current[i] = listing[i].take();
                 listed[i] = true;
             }
         }
         if listed.iter().all(|l| *l) {
-            writer.apply_watcher_event(&Event::Init);
+            writer.apply(Event::Init);
             for o in current.iter().flatten() {
-                writer.apply_watcher_event(&Event::InitApply(o.clone()));
+                writer.apply(Event::InitApply(o.clone()));
             }
-            writer.apply_watcher_event(&Event::InitDone);
+            writer.apply(Event::InitDone);
         }
     }
 }
@@ -146,19 +156,23 @@ fn indexed<P>(event: &Event<P>, index_pod: impl Fn(&P) -> IndexedPod) -> Event<I
     }
 }
 
-/// Keeps the quota topology in step with ElasticQuota events (a full relist rebuilds it).
-fn follow_topology(topology: SharedTopology) -> impl FnMut(&Event<ElasticQuota>) + Send {
-    let mut relisted: Vec<ElasticQuota> = Vec::new();
-    move |event| match event {
-        Event::Apply(q) => write_topology(&topology).upsert(QuotaInfo::from_quota(q)),
-        Event::Delete(q) => {
-            write_topology(&topology).remove(q.metadata.name.as_deref().unwrap_or_default());
+/// Feeds the quota store and keeps the topology in step with it: a quota the store takes is
+/// upserted, one it drops (deleted, or not brought by a relist) removed. No copy of the list is
+/// kept for the topology.
+fn follow_quotas(
+    mut store: Writer<ElasticQuota>,
+    topology: SharedTopology,
+) -> impl FnMut(Event<ElasticQuota>) + Send {
+    move |event| {
+        if let Event::Apply(q) | Event::InitApply(q) = &event {
+            write_topology(&topology).upsert(QuotaInfo::from_quota(q));
         }
-        Event::Init => relisted.clear(),
-        Event::InitApply(q) => relisted.push(q.clone()),
-        Event::InitDone => {
-            write_topology(&topology).reset(relisted.iter());
-            relisted.clear();
+        let gone = store.apply(event);
+        if !gone.is_empty() {
+            let mut topology = write_topology(&topology);
+            for q in gone {
+                topology.remove(q.metadata.name.as_deref().unwrap_or_default());
+            }
         }
     }
 }
@@ -189,17 +203,7 @@ pub async fn run<P>(
         pods,
         quota_topology,
     } = writer;
-    let quotas = {
-        let (mut topology, mut store) = (follow_topology(quota_topology), into(elastic_quotas));
-        move |event: &Event<ElasticQuota>| {
-            topology(event);
-            store(event);
-        }
-    };
-    // Only names, namespaces and labels are read: managedFields and annotations would be most of
-    // the memory of a large cluster's pods.
-    let node_meta =
-        watch(Api::<PartialObjectMeta<Node>>::all(client.clone())).modify(super::slim_node);
+    let quotas = follow_quotas(elastic_quotas, quota_topology);
     let restarts = metrics.watch_restarts;
     let m = || restarts.clone();
     let aside = |kind| SetAside::new(kind, &metrics.unreadable_objects, unreadable.clone());
@@ -239,7 +243,7 @@ pub async fn run<P>(
         ),
         drive(
             "namespace",
-            watch(Api::<Namespace>::all(client.clone())),
+            watch(Api::<PartialObjectMeta<Namespace>>::all(client.clone())),
             into(namespaces),
             m()
         ),
@@ -249,12 +253,61 @@ pub async fn run<P>(
             into(priority_classes),
             m()
         ),
-        drive("node", node_meta, into(nodes), m()),
+        drive(
+            "node",
+            watch(Api::<PartialObjectMeta<Node>>::all(client.clone())),
+            into(nodes),
+            m()
+        ),
         drive(
             "pod",
             watch(Api::<P>::all(client.clone())),
-            move |event| pods.apply(&indexed(event, &index_pod)),
+            move |event| pods.apply(&indexed(&event, &index_pod)),
             m()
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(name: &str, parent: &str) -> ElasticQuota {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": name, "namespace": "ns",
+                         "labels": {"quota.scheduling.koordinator.sh/parent": parent},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"max": {"cpu": "1"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_topology_follows_the_quota_store_through_a_relist() {
+        let writer = CacheWriter::default();
+        let cache = writer.reader();
+        let mut follow = follow_quotas(writer.elastic_quotas, writer.quota_topology);
+        follow(Event::Init);
+        follow(Event::InitApply(quota("p", "")));
+        follow(Event::InitApply(quota("a", "p")));
+        follow(Event::InitApply(quota("b", "p")));
+        follow(Event::InitDone);
+        assert_eq!(cache.topology().len(), 3);
+        // Slimmed on the way in.
+        let a = cache.elastic_quotas.get(Some("ns"), "a").unwrap();
+        assert_eq!(a.metadata.managed_fields, None);
+
+        // A relist that no longer brings b: gone from both at its end, not before.
+        follow(Event::Init);
+        follow(Event::InitApply(quota("p", "")));
+        follow(Event::InitApply(quota("a", "p")));
+        assert!(cache.topology().contains("b"));
+        follow(Event::InitDone);
+        assert!(!cache.topology().contains("b"));
+        assert_eq!(cache.elastic_quotas.len(), 2);
+        follow(Event::Delete(quota("a", "p")));
+        assert!(!cache.topology().contains("a"));
+        assert_eq!(cache.elastic_quotas.len(), 1);
+    }
 }

@@ -219,6 +219,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let operator_task = operator.map(|(client, writer)| {
         let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
         tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
+        if let Some(limit) = args.limits.memory_limit {
+            let pod = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: Some(config.identity.clone()),
+                namespace: Some(crate::names::namespace().to_owned()),
+                ..Default::default()
+            };
+            let recorder = kube::runtime::events::Recorder::new(
+                client.clone(),
+                operator::reporter(&config.identity),
+            );
+            tokio::spawn(operator::memory_guard::run(
+                limit,
+                state.clone(),
+                recorder,
+                pod,
+            ));
+        }
         tokio::spawn(operator::run(
             client,
             config,

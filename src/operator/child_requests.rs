@@ -10,15 +10,17 @@
 //! window ends, whatever is admitted after it.
 //!
 //! The recount reads nothing from the API server: pods and quotas come from the cache, and the
-//! write names the cached quota's resourceVersion, so a quota evaluation wrote since the cache saw
+//! write (a merge patch of the two annotations: the cache keeps a slim quota, never written back
+//! whole) names the cached quota's resourceVersion, so a quota evaluation wrote since the cache saw
 //! it is a conflict, left for the next pass. Quota names are unique for evaluation (it refuses a
 //! pod whose quota name two quotas share), so such quotas are left alone here too.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 
 use super::leader::Leadership;
 use crate::admission::pod::quota::evaluation::evaluated_quota;
@@ -107,19 +109,23 @@ impl Recount {
                 .entry(q.metadata.name.as_deref().unwrap_or_default())
                 .or_default() += 1;
         }
-        let limiting: Vec<_> = quotas
-            .iter()
-            .filter(|q| named.get(q.metadata.name.as_deref().unwrap_or_default()) == Some(&1))
-            .filter_map(|q| Some((q, ChildRequests::read(q).ok().filter(|a| a.limits_pods())?)))
-            .collect();
-        if limiting.is_empty() {
+        // One quota read at a time: what a pass parses of every quota (10,000 at the size
+        // Koordinator's clusters run) is never held at once.
+        let unique = |q: &&Arc<ElasticQuota>| {
+            named.get(q.metadata.name.as_deref().unwrap_or_default()) == Some(&1)
+        };
+        let limiting = |q: &ElasticQuota| ChildRequests::read(q).ok().filter(|a| a.limits_pods());
+        if !quotas.iter().filter(unique).any(|q| limiting(q).is_some()) {
             return Ok(pass);
         }
         let counted = self.cache.pods.charged_by_quota(|namespace, label| {
             evaluated_quota(label, namespace, &self.cache, &self.gates)
         });
         let now = jiff::Timestamp::now().as_second();
-        for (cached, account) in limiting {
+        for cached in quotas.iter().filter(unique) {
+            let Some(account) = limiting(cached) else {
+                continue;
+            };
             let name = cached.metadata.name.clone().unwrap_or_default();
             let target = recount(&account, cached, counted.get(&name), now, self.quiet);
             let mut recorded = annotation(&**cached, CHILD_REQUEST)
@@ -129,18 +135,13 @@ impl Recount {
             if recorded == target.used && recent::read(cached) == target.recent {
                 continue;
             }
-            let mut quota = (**cached).clone();
-            quota
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .extend([
-                    (
-                        CHILD_REQUEST.to_owned(),
-                        serde_json::to_string(&target.used.to_quantities()).unwrap_or_default(),
-                    ),
-                    (RECENT.to_owned(), recent::to_json(&target.recent)),
-                ]);
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": cached.metadata.resource_version,
+                "annotations": {
+                    CHILD_REQUEST: serde_json::to_string(&target.used.to_quantities()).unwrap_or_default(),
+                    RECENT: recent::to_json(&target.recent),
+                },
+            }});
             if self.leadership.check().is_err() {
                 return Ok(pass);
             }
@@ -149,10 +150,11 @@ impl Recount {
                 cached.metadata.namespace.as_deref().unwrap_or_default(),
             );
             // The cached resourceVersion: a write by evaluation since the cache saw it conflicts.
-            match api
-                .replace(&name, &crate::names::post_params(), &quota)
-                .await
-            {
+            let params = PatchParams {
+                field_manager: Some(crate::names::FIELD_MANAGER.to_owned()),
+                ..Default::default()
+            };
+            match api.patch(&name, &params, &Patch::Merge(&patch)).await {
                 Ok(_) if recorded != target.used => pass.corrected.push(name),
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => pass.left_busy += 1,

@@ -6,6 +6,7 @@ pub mod certificates;
 pub mod child_requests;
 pub mod flags;
 pub mod leader;
+pub mod memory_guard;
 
 pub(crate) mod secrets;
 pub mod webhook_keeper;
@@ -130,11 +131,9 @@ pub async fn run(
         let state = state.clone();
         async move {
             state.readiness.set_not_ready("cache", "not synced yet");
-            let synced = cache.wait_until_synced().await;
-            if synced {
-                state.readiness.set_ready("cache");
-                tracing::info!(objects = ?cache.sizes(), "cache synced");
-            }
+            cache.wait_until_synced().await;
+            state.readiness.set_ready("cache");
+            tracing::info!(objects = ?cache.sizes(), "cache synced");
         }
     };
 
@@ -319,7 +318,7 @@ async fn watch_configurations(client: Client, kick: Arc<Notify>) {
 }
 
 /// Who records this replica's Events.
-fn reporter(identity: &str) -> Reporter {
+pub(crate) fn reporter(identity: &str) -> Reporter {
     Reporter {
         controller: "koord-webhook".to_owned(),
         instance: Some(identity.to_owned()),

@@ -110,3 +110,74 @@ async fn a_bad_object_is_left_out_and_the_rest_syncs() {
     })
     .await;
 }
+
+/// A quota as kubectl applies it: the API server adds managedFields, kubectl its last-applied copy.
+const QUOTA: &str = r#"
+apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata:
+  name: slim
+  namespace: default
+  annotations: {other.tool/note: "not read by any rule"}
+spec: {max: {cpu: "4"}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_restart_relists_into_the_same_cache() {
+    let cluster = Cluster::start().await;
+    let cp = &cluster.cp;
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(QUOTA));
+    let operator = cluster.operator("relist", &[]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let quotas = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 1"#;
+    eventually(Duration::from_secs(20), quotas, || async {
+        operator.metrics().await.contains(quotas).then_some(())
+    })
+    .await;
+
+    // Every watch fails and relists; the cache holds the same objects afterwards and the replica
+    // stayed ready throughout (it answers from the cache it has).
+    cp.restart_apiserver();
+    cp.kubectl_ok(&["delete", "elasticquota", "slim", "-n", "default"], None);
+    let gone = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 0"#;
+    eventually(Duration::from_secs(30), gone, || async {
+        operator.metrics().await.contains(gone).then_some(())
+    })
+    .await;
+    let metrics = operator.metrics().await;
+    assert!(
+        metrics.contains("koord_webhook_cache_watch_restarts_total"),
+        "the watches did not see the restart:\n{metrics}"
+    );
+    assert_eq!(operator.readyz().await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_near_its_memory_limit_turns_unready_and_says_why() {
+    let cluster = Cluster::start().await;
+    // 8 MiB: any replica is over 85 % of it from its start.
+    let operator = cluster.operator("near-limit", &["--memory-limit", "8388608"]);
+    let body = eventually(Duration::from_secs(60), "unready for memory", || async {
+        let (status, body) = operator.readyz().await;
+        (status == 503 && body.contains("memory limit")).then_some(body)
+    })
+    .await;
+    assert!(body.contains("8 MiB"), "{body}");
+    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "koordinator-system");
+    let note = eventually(Duration::from_secs(30), "a MemoryNearLimit event", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("MemoryNearLimit")
+                        && e.involved_object.name.as_deref() == Some("near-limit")
+                        && e.involved_object.kind.as_deref() == Some("Pod")
+                })
+                .and_then(|e| e.message)
+        }
+    })
+    .await;
+    assert!(note.contains("raise resources.limits.memory"), "{note}");
+}

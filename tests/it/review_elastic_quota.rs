@@ -162,7 +162,7 @@ fn quota_evaluation_admits_within_the_limit_and_reports_the_write() {
     );
     assert_eq!(response["allowed"], true, "{response}");
     assert_eq!(
-        response["auditAnnotations"]["koord-webhook/child-request"],
+        response["auditAnnotations"]["child-request"],
         r#"{"cpu":"4"}"#
     );
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::runtime::reflector::ObjectRef;
 use serde::{Serialize, de::DeserializeOwned};
 
 pub use crate::admission::ports::Dice;
@@ -46,7 +45,7 @@ pub fn matching_profiles(
             let namespace_ok = match (namespace, p.spec.namespace_selector.as_ref()) {
                 (None, _) | (_, None) => true,
                 (Some(_), Some(s)) if selectors::is_empty(s) => true,
-                (Some(ns), Some(s)) => match cache.namespaces.get(&ObjectRef::new(ns)) {
+                (Some(ns), Some(s)) => match cache.namespaces.get(None, ns) {
                     Some(object) => {
                         let ns_labels = object.metadata.labels.clone().unwrap_or_default();
                         selector_admits(Some(s), &ns_labels, name)
@@ -135,7 +134,7 @@ pub fn apply_metadata(meta: &mut ObjectMeta, spec: &ClusterColocationProfileSpec
 pub fn priority_class(cache: &Cache, name: &str) -> Result<(i32, Option<String>), String> {
     cache
         .priority_classes
-        .get(&ObjectRef::new(name))
+        .get(None, name)
         .map(|pc| (pc.value, pc.preemption_policy.clone()))
         .ok_or_else(|| format!("priorityclasses.scheduling.k8s.io \"{name}\" not found"))
 }

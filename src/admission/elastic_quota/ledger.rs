@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::core::admission::Operation;
-use kube::runtime::reflector::ObjectRef;
 use tokio::time::Instant;
 
 use crate::admission::outcome::Rejection;
@@ -270,7 +269,7 @@ pub fn change_of(
 pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
     let current = cache
         .elastic_quotas
-        .get(&ObjectRef::new(&change.name).within(&change.namespace));
+        .get(Some(&change.namespace), &change.name);
     match change.operation {
         ChangeKind::Create => current.is_some(),
         ChangeKind::Update => {

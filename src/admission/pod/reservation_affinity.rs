@@ -4,7 +4,6 @@
 
 use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
-use kube::runtime::reflector::ObjectRef;
 
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
@@ -36,7 +35,7 @@ impl Validator<Pod> for ReservationAffinity {
         let Some(name) = reservation_name(pod) else {
             return Ok(()).into();
         };
-        let reservation = ctx.cache.reservations.get(&ObjectRef::new(&name));
+        let reservation = ctx.cache.reservations.get(None, &name);
         check(pod, &name, reservation.as_deref())
             .map_err(Rejection::invalid)
             .into()

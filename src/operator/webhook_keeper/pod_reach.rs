@@ -60,17 +60,8 @@ impl PodReachSource {
 
     /// The reach the cache derives; `None` until it has listed profiles and quotas.
     fn derived(&self, entry: PodEntry) -> Option<Reach> {
-        use futures::FutureExt;
-        let listed = async {
-            self.cache
-                .colocation_profiles
-                .wait_until_ready()
-                .await
-                .is_ok()
-                && self.cache.elastic_quotas.wait_until_ready().await.is_ok()
-        }
-        .now_or_never()
-            == Some(true);
+        let listed =
+            self.cache.colocation_profiles.is_ready() && self.cache.elastic_quotas.is_ready();
         if !listed {
             return None;
         }

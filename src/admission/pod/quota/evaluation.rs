@@ -123,10 +123,7 @@ impl QuotaEvaluation {
         if ["", DEFAULT_QUOTA, SYSTEM_QUOTA, ROOT_QUOTA].contains(&name.as_str()) {
             return Ok(());
         }
-        let mut quotas = ctx
-            .cache
-            .elastic_quotas
-            .state_filter(|q| q.metadata.name.as_deref() == Some(name.as_str()));
+        let mut quotas = ctx.cache.elastic_quotas.named(&name);
         let quota = match quotas.len() {
             0 => {
                 return Err(Rejection::invalid(format!(

@@ -18,8 +18,11 @@ use crate::resources::Resources;
 
 pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
 pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
-/// Audit annotation carrying the child-request value evaluation wrote (or would write).
-pub const AUDIT_CHILD_REQUEST: &str = "koord-webhook/child-request";
+/// Audit annotation carrying the child-request value evaluation wrote (or would write). The API
+/// server prefixes it with the webhook's name (`vpod.koordinator.sh/child-request`) and drops a key
+/// that is not a plain name (it was `koord-webhook/child-request`: dropped, with a warning logged by
+/// the API server on every call).
+pub const AUDIT_CHILD_REQUEST: &str = "child-request";
 
 /// Attempts at writing one batch before its pods are rejected.
 pub const MAX_WRITE_ATTEMPTS: usize = 3;
@@ -363,6 +366,17 @@ mod tests {
     use crate::admission::ports::memory::MemoryQuotaStore;
     use serde_json::json;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn the_audit_key_is_one_the_api_server_keeps() {
+        // A name part of a qualified name: the API server adds `<webhook>/` itself.
+        let key = AUDIT_CHILD_REQUEST;
+        assert!(key.len() <= 63 && !key.contains('/'));
+        assert!(
+            key.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        );
+    }
 
     fn quota(annotations: serde_json::Value) -> ElasticQuota {
         serde_json::from_value(json!({

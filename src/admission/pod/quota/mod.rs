@@ -10,9 +10,7 @@ mod replace_resources;
 pub mod topology_check;
 
 use crate::admission::pod::object::Pod;
-use kube::runtime::reflector::ObjectRef;
 
-use crate::apis::ElasticQuota;
 use crate::apis::keys::{DEFAULT_QUOTA, QUOTA_NAME};
 use crate::cache::Cache;
 use crate::features::{FeatureGates, Gate};
@@ -46,7 +44,7 @@ pub fn resolve_quota_name_of(
     }
     if cache
         .elastic_quotas
-        .get(&ObjectRef::<ElasticQuota>::new(namespace).within(namespace))
+        .get(Some(namespace), namespace)
         .is_some()
     {
         return namespace.to_owned();

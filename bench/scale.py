@@ -1,0 +1,656 @@
+"""The `scale` phase (`bench/run scale`): koord-webhook at the size Koordinator's clusters run, through
+a real kube-apiserver (scripts/control-plane, loopback), with objects created the way clients create
+them (the API server adds managedFields; quotas, Reservations and namespaces carry kubectl's
+last-applied annotation and Koordinator's own).
+
+Sizes (KOORD_SCALE or --size): S (about 12,000 objects, CI's small form: `--check 1.25` fails the run
+when a replica's peak through a restart is over 1.25 x its steady RSS, a replica is not ready again
+within 60 s of the API server, or koord-webhook refused a create), L1 = 5,000 nodes /
+75,000 pods / 10,000 quotas (100 trees) / 1,000 Reservations / 2,000 namespaces, L0 = L1 with 150,000
+pods.
+
+The state is loaded once; then each build named by --koord NAME=PATH runs in turn on that same state
+(before/after in one sitting): two replicas (host processes in URL mode, leader election on,
+`EnableQuotaAdmission` on), and per replica:
+- steady RSS once both are ready and the watches have settled;
+- through each of --restarts kube-apiserver restarts (every watch of both replicas relists at once),
+  under a load of 20 dry-run pod creates/s through the API server (half in quotas): the peak RSS
+  (VmHWM, reset before each restart), the RSS after, the seconds until the replica is ready again
+  after the API server is, and every create the API server refused because of the webhook;
+- the recount pass and admission latency are in the replicas' own metrics, read after.
+The API server's RSS is recorded with and without the replicas. Node heartbeats (status patches) run
+throughout at a steady rate, as kubelets send them.
+
+Writes target/bench/scale-SIZE.json and prints a Markdown table (bench/run scale puts it into
+bench/RESULTS.md). Everything is on 127.0.0.1.
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import random
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "target", "bench")
+CP = os.path.join(ROOT, "scripts", "control-plane")
+
+SIZES = {
+    # nodes, namespaces, reservations, quota trees, children per tree, pods
+    "S": dict(nodes=1000, namespaces=200, reservations=200, trees=20, children=49, pods=10000),
+    "L1": dict(nodes=5000, namespaces=2000, reservations=1000, trees=100, children=99, pods=75000),
+    "L0": dict(nodes=5000, namespaces=2000, reservations=1000, trees=100, children=99, pods=150000),
+}
+MIB = 1024 * 1024
+
+
+def last_applied(obj):
+    """kubectl's client-side apply record: a copy of the object as the user wrote it."""
+    obj.setdefault("metadata", {}).setdefault("annotations", {})[
+        "kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(obj, separators=(",", ":"))
+    return obj
+
+
+class Api:
+    """The admin's HTTPS client to the API server, one keep-alive connection per thread."""
+
+    def __init__(self, cp_dir, server):
+        self.host, self.port = server.split("//")[1].split(":")
+        self.ctx = ssl.create_default_context(cafile=f"{cp_dir}/ca.crt")
+        self.ctx.load_cert_chain(f"{cp_dir}/admin.crt", f"{cp_dir}/admin.key")
+        self.local = threading.local()
+
+    def conn(self):
+        c = getattr(self.local, "c", None)
+        if c is None:
+            c = http.client.HTTPSConnection(self.host, int(self.port), context=self.ctx, timeout=60)
+            self.local.c = c
+        return c
+
+    def call(self, method, path, body=None, content_type="application/json", tries=8):
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        for attempt in range(tries):
+            try:
+                c = self.conn()
+                c.request(method, path, body=data, headers={"Content-Type": content_type})
+                r = c.getresponse()
+                payload = r.read()
+                if r.status == 429 or r.status >= 500 and attempt < tries - 1:
+                    time.sleep(0.2 * (attempt + 1))
+                    continue
+                return r.status, payload
+            except (OSError, http.client.HTTPException):
+                self.local.c = None
+                if attempt == tries - 1:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        return 0, b""
+
+    def create(self, path, body):
+        status, payload = self.call("POST", path, body)
+        if status not in (200, 201, 409):
+            raise RuntimeError(f"POST {path}: {status} {payload[:300]!r}")
+
+
+def node(i):
+    name = f"node-{i:05d}"
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "node.kubernetes.io/instance-type": f"ecs.g7.{4 << (i % 4)}xlarge",
+              "topology.kubernetes.io/zone": f"zone-{i % 3}", "topology.kubernetes.io/region": "region-1",
+              "node-pool": f"pool-{i % 16}", "node-role.kubernetes.io/worker": "",
+              "koordinator.sh/colocation": "true" if i % 2 else "false"}
+    labels.update({f"team.example.com/label-{k}": f"value-{(i + k) % 97}" for k in range(11)})
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "labels": labels,
+        "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                        "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24"}}
+
+
+def node_status(i, now):
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    images = [{"names": [f"registry.example.com/team/app-{k}@sha256:{k:064x}", f"registry.example.com/team/app-{k}:v1"],
+               "sizeBytes": 100000000 + k} for k in range(8)]
+    return {"status": {
+        "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110", "kubernetes.io/batch-cpu": "32000",
+                     "kubernetes.io/batch-memory": "128Gi"},
+        "allocatable": {"cpu": "63", "memory": "250Gi", "pods": "110", "kubernetes.io/batch-cpu": "32000",
+                        "kubernetes.io/batch-memory": "128Gi"},
+        "conditions": [{"type": t, "status": "False" if t != "Ready" else "True", "reason": f"Kubelet{t}",
+                        "message": f"kubelet reports {t}", "lastHeartbeatTime": stamp,
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                       for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")],
+        "nodeInfo": {"machineID": f"{i:032x}", "systemUUID": f"{i:032x}", "bootID": f"{i:032x}",
+                     "kernelVersion": "6.1.0", "osImage": "Debian GNU/Linux 12", "containerRuntimeVersion":
+                     "containerd://1.7.24", "kubeletVersion": "v1.34.4", "kubeProxyVersion": "",
+                     "operatingSystem": "linux", "architecture": "amd64"},
+        "images": images}}
+
+
+def namespace(i):
+    return last_applied({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": f"ns-{i:04d}", "labels": {"team": f"team-{i % 50}", "env": "prod" if i % 3 else "dev"}}})
+
+
+def quota(tree, child, size):
+    """Tree `tree`'s parent (child None) or one of its children, in its own namespace."""
+    ann = {"quota.scheduling.koordinator.sh/shared-weight": '{"cpu":"40","memory":"80Gi"}',
+           "quota.scheduling.koordinator.sh/runtime": '{"cpu":"4","memory":"8Gi"}',
+           "quota.scheduling.koordinator.sh/request": '{"cpu":"6","memory":"12Gi"}'}
+    if child is None:
+        meta = {"name": f"parent-{tree:03d}", "namespace": f"ns-{tree % size['namespaces']:04d}",
+                "labels": {"quota.scheduling.koordinator.sh/is-parent": "true",
+                           "quota.scheduling.koordinator.sh/parent": "koordinator-root-quota"},
+                "annotations": ann}
+        spec = {"min": {"cpu": "2000", "memory": "4000Gi"}, "max": {"cpu": "4000", "memory": "8000Gi"}}
+    else:
+        k = tree * size["children"] + child
+        meta = {"name": f"child-{tree:03d}-{child:02d}",
+                "namespace": f"ns-{k % size['namespaces']:04d}",
+                "labels": {"quota.scheduling.koordinator.sh/parent": f"parent-{tree:03d}",
+                           "quota.scheduling.koordinator.sh/is-parent": "false"},
+                "annotations": dict(ann, **{"quota.scheduling.koordinator.sh/child-request": '{"cpu":"1"}'})}
+        spec = {"min": {"cpu": "10", "memory": "20Gi"}, "max": {"cpu": "40", "memory": "80Gi"}}
+    return last_applied({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                         "metadata": meta, "spec": spec})
+
+
+def reservation(i):
+    env = [{"name": f"ENV_{k}", "value": "v" * 40} for k in range(12)]
+    return last_applied({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+                         "metadata": {"name": f"reserve-{i:04d}", "labels": {"app": f"app-{i % 20}"}},
+                         "spec": {"allocateOnce": False, "ttl": "720h",
+                                  "owners": [{"labelSelector": {"matchLabels": {"app": f"app-{i % 20}"}}}],
+                                  "template": {"metadata": {"labels": {"app": f"app-{i % 20}"}},
+                                               "spec": {"containers": [{
+                                                   "name": "main", "image": "registry.example.com/app:v1", "env": env,
+                                                   "resources": {"requests": {"cpu": "4", "memory": "8Gi"}}}]}}}})
+
+
+def pod(i, size, quotas):
+    """A pod of 4-8 KiB bound to a node; 30 % name a child quota by label."""
+    ns = f"ns-{i % size['namespaces']:04d}"
+    labels = {"app": f"app-{i % 500}", "pod-template-hash": f"{i % 5000:08x}", "tier": "batch" if i % 4 else "web",
+              "release": f"r{i % 7}"}
+    if i % 10 < 3:
+        labels["quota.scheduling.koordinator.sh/name"] = quotas[i % len(quotas)]
+    env = [{"name": f"SETTING_{k}", "value": f"{k:02d}" + "x" * (40 + i % 80)} for k in range(30 + i % 30)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"pod-{i:06d}", "namespace": ns, "labels": labels,
+        "annotations": {"example.com/build": f"{i:040x}", "prometheus.io/scrape": "true"}},
+        "spec": {"nodeName": f"node-{i % size['nodes']:05d}", "containers": [{
+            "name": "main", "image": f"registry.example.com/app-{i % 500}:v1", "env": env,
+            "ports": [{"containerPort": 8080, "name": "http"}],
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}}]}}
+
+
+def parallel(api, jobs, workers=24, what=""):
+    """Runs (method, path, body) jobs on `workers` threads; returns the objects per second."""
+    start = time.time()
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(lambda j: api.create(*j), jobs):
+            done += 1
+            if done % 10000 == 0:
+                log(f"  {what}: {done} ({done / (time.time() - start):.0f}/s)")
+    return done / max(time.time() - start, 1e-9)
+
+
+def log(msg):
+    print(f"[scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load(api, size):
+    log(f"loading {size}")
+    rates = {}
+    rates["namespaces"] = parallel(api, [("/api/v1/namespaces", namespace(i)) for i in range(size["namespaces"])],
+                                   what="namespaces")
+    rates["nodes"] = parallel(api, [("/api/v1/nodes", node(i)) for i in range(size["nodes"])], what="nodes")
+    now = time.time()
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        list(pool.map(lambda i: api.call("PATCH", f"/api/v1/nodes/node-{i:05d}/status", node_status(i, now),
+                                         "application/merge-patch+json"), range(size["nodes"])))
+    group = "/apis/scheduling.koordinator.sh/v1alpha1/reservations"
+    rates["reservations"] = parallel(api, [(group, reservation(i)) for i in range(size["reservations"])],
+                                     what="reservations")
+    with concurrent.futures.ThreadPoolExecutor(24) as pool:
+        list(pool.map(lambda i: api.call(
+            "PATCH", f"{group}/reserve-{i:04d}/status",
+            {"status": {"phase": "Available", "nodeName": f"node-{i % size['nodes']:05d}",
+                        "allocatable": {"cpu": "4", "memory": "8Gi"}, "allocated": {"cpu": "1"}}},
+            "application/merge-patch+json"), range(size["reservations"])))
+    eq = lambda ns: f"/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{ns}/elasticquotas"
+    parents = [quota(t, None, size) for t in range(size["trees"])]
+    parallel(api, [(eq(q["metadata"]["namespace"]), q) for q in parents], what="parent quotas")
+    children = [quota(t, c, size) for t in range(size["trees"]) for c in range(size["children"])]
+    rates["quotas"] = parallel(api, [(eq(q["metadata"]["namespace"]), q) for q in children], what="quotas")
+    names = [q["metadata"]["name"] for q in children]
+    pods = (pod(i, size, names) for i in range(size["pods"]))
+    rates["pods"] = parallel(api, ((f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p) for p in pods),
+                             what="pods")
+    log("loaded: " + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items()))
+    return names
+
+
+class Heartbeats(threading.Thread):
+    """Node status patches at a steady rate (a kubelet's every 10 s would be 500/s at 5,000 nodes:
+    bounded here to what this machine serves beside everything else)."""
+
+    def __init__(self, api, nodes, rate):
+        super().__init__(daemon=True)
+        self.api, self.nodes, self.rate, self.stop = api, nodes, rate, threading.Event()
+
+    def run(self):
+        i = 0
+        while not self.stop.wait(1.0 / self.rate):
+            n = i % self.nodes
+            try:
+                self.api.call("PATCH", f"/api/v1/nodes/node-{n:05d}/status", node_status(n, time.time()),
+                              "application/merge-patch+json", tries=1)
+            except Exception:
+                pass
+            i += 1
+
+
+class DryRuns(threading.Thread):
+    """20 dry-run pod creates per second through the API server, half in a quota; counts every
+    refusal koord-webhook caused (denied, or the API server failed to call it) apart from the API
+    server being down."""
+
+    def __init__(self, api, quotas, size, rate=20):
+        super().__init__(daemon=True)
+        self.api, self.quotas, self.size, self.rate = api, quotas, size, rate
+        self.stop = threading.Event()
+        self.sent = self.ok = self.api_down = 0
+        self.refused = []
+
+    def run(self):
+        i = 0
+        while not self.stop.wait(1.0 / self.rate):
+            p = pod(10_000_000 + i, self.size, self.quotas)
+            del p["metadata"]["name"]
+            p["metadata"]["generateName"] = "dry-"
+            if i % 2:
+                p["metadata"]["labels"]["quota.scheduling.koordinator.sh/name"] = self.quotas[i % len(self.quotas)]
+            else:
+                p["metadata"]["labels"].pop("quota.scheduling.koordinator.sh/name", None)
+            ns = p["metadata"]["namespace"]
+            i += 1
+            self.sent += 1
+            try:
+                status, body = self.api.call("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", p, tries=1)
+            except Exception:
+                self.api_down += 1
+                continue
+            text = body.decode(errors="replace")
+            if status in (200, 201):
+                self.ok += 1
+            elif "admission webhook" in text or "failed calling webhook" in text:
+                self.refused.append(f"{time.strftime('%H:%M:%S')} {status} {text[:300]}")
+            else:
+                self.api_down += 1
+
+
+def rss(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak(pid):
+    """Makes VmHWM start again from the current RSS (Linux: clear_refs 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def get(url, timeout=2):
+    ctx = ssl._create_unverified_context()
+    try:
+        host, rest = url.split("//")[1].split("/", 1)
+        h, p = host.split(":")
+        conn = (http.client.HTTPSConnection(h, int(p), context=ctx, timeout=timeout) if url.startswith("https")
+                else http.client.HTTPConnection(h, int(p), timeout=timeout))
+        conn.request("GET", "/" + rest)
+        r = conn.getresponse()
+        return r.status, r.read().decode(errors="replace")
+    except OSError:
+        return 0, ""
+
+
+class Replica:
+    def __init__(self, koord, kubeconfig, index, workdir, extra):
+        self.port = free_port()
+        self.metrics, self.health = free_port(), free_port()
+        env = dict(os.environ, KUBECONFIG=kubeconfig, POD_NAME=f"replica-{index}",
+                   KOORD_WEBHOOK_MEMORY_LIMIT=str(256 * MIB))
+        self.log = open(os.path.join(workdir, f"replica-{index}.log"), "w")
+        self.proc = subprocess.Popen(
+            [koord, "serve", "--port", str(self.port), "--bind-address", "127.0.0.1",
+             "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
+             "--health-bind-address", f"127.0.0.1:{self.health}", "--webhook-host", "127.0.0.1",
+             "--feature-gates", "EnableQuotaAdmission=true", "--drain-delay", "0s", *extra],
+            env=env, stdout=self.log, stderr=self.log)
+
+    def ready(self):
+        return get(f"https://127.0.0.1:{self.port}/readyz")[0] == 200
+
+    def metric_text(self):
+        return get(f"http://127.0.0.1:{self.metrics}/metrics")[1]
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def wait(cond, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return
+        time.sleep(0.25)
+    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+
+
+def pid_of_apiserver(cp_dir):
+    """scripts/control-plane keeps etcd's pid on the first line of DIR/pids, kube-apiserver's on the
+    second."""
+    with open(os.path.join(cp_dir, "pids")) as f:
+        return int(f.read().split()[1])
+
+
+def apiserver_ready(api):
+    try:
+        return api.call("GET", "/readyz", tries=1)[0] == 200
+    except Exception:
+        return False
+
+
+def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdir):
+    log(f"{name}: starting two replicas ({koord})")
+    replicas = [Replica(koord, kubeconfig, i, workdir, []) for i in range(2)]
+    result = {"build": name, "replicas": []}
+    try:
+        started = time.time()
+        wait(lambda: all(r.ready() for r in replicas), 600, "both replicas ready")
+        result["ready_s"] = time.time() - started
+        time.sleep(20)  # the leader's first recount and narrowing pass, watches settled
+        # Steady: the median of samples over 40 s (the leader's recount passes every 30 s).
+        cpu0 = [cpu_seconds(r.proc.pid) for r in replicas]
+        t0 = time.time()
+        samples = [[] for _ in replicas]
+        for _ in range(20):
+            for j, r in enumerate(replicas):
+                samples[j].append(rss(r.proc.pid))
+            time.sleep(2)
+        steady = [sorted(x)[len(x) // 2] for x in samples]
+        result["steady_max"] = [max(x) for x in samples]
+        idle_cpu = [(cpu_seconds(r.proc.pid) - c) / (time.time() - t0) for r, c in zip(replicas, cpu0)]
+        result["apiserver_rss_with"] = rss(pid_of_apiserver(cp_dir))
+        dry = DryRuns(api, quotas, size)
+        dry.start()
+        runs = []
+        for k in range(restarts):
+            for r in replicas:
+                reset_peak(r.proc.pid)
+            log(f"{name}: restarting kube-apiserver ({k + 1}/{restarts})")
+            down = time.time()
+            subprocess.run([CP, "restart-apiserver", cp_dir], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env=dict(os.environ, KOORD_CP_RESTART_TIMEOUT="600"))
+            wait(lambda: apiserver_ready(api), 300, "the API server ready")
+            up = time.time()
+            ready_at = [None, None]
+            unready_seen = [False, False]
+            while time.time() - up < 60:
+                for j, r in enumerate(replicas):
+                    ok = r.ready()
+                    unready_seen[j] |= not ok
+                    if ok and ready_at[j] is None:
+                        ready_at[j] = time.time() - up
+                time.sleep(0.5)
+            runs.append({"api_down_s": up - down,
+                         "peak": [rss(r.proc.pid, "VmHWM") for r in replicas],
+                         "after": [rss(r.proc.pid) for r in replicas],
+                         "ready_after_s": ready_at, "unready_seen": unready_seen})
+            log(f"{name}: restart {k + 1}: peak {[p // MIB for p in runs[-1]['peak']]} MiB, "
+                f"after {[a // MIB for a in runs[-1]['after']]} MiB")
+        dry.stop.set()
+        dry.join()
+        result.update(steady=steady, idle_cpu=idle_cpu, restarts=runs,
+                      load={"sent": dry.sent, "ok": dry.ok, "api_down": dry.api_down,
+                            "refused": len(dry.refused), "refusals": dry.refused[:20]},
+                      metrics=[r.metric_text() for r in replicas])
+    finally:
+        for r in replicas:
+            r.stop()
+    time.sleep(5)
+    result["apiserver_rss_without"] = rss(pid_of_apiserver(cp_dir))
+    return result
+
+
+def measure_manager(path, crds, api, cp_dir, kubeconfig, restarts, workdir):
+    """The anchor: Koordinator v1.8.0's koord-manager with its webhook on (WebhookFramework), one
+    replica as a host process on the same state: its informers hold what its controllers and its
+    webhook read. Its steady RSS once its caches have listed, and its peak through the same API
+    server restarts (no admission load: its webhook has no configuration pointing at it here)."""
+    for f in sorted(os.listdir(crds)):
+        subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",
+                        "-f", os.path.join(crds, f)], check=True, stdout=subprocess.DEVNULL)
+    certs = os.path.join(workdir, "manager-certs")
+    os.makedirs(certs, exist_ok=True)
+    env = dict(os.environ, KUBECONFIG=kubeconfig, POD_NAMESPACE="koordinator-system",
+               WEBHOOK_PORT=str(free_port()), WEBHOOK_CERT_DIR=certs, WEBHOOK_HOST="127.0.0.1")
+    log_file = open(os.path.join(workdir, "koord-manager.log"), "w")
+    proc = subprocess.Popen([path, f"--kubeconfig={kubeconfig}", "--enable-leader-election=false",
+                             f"--metrics-addr=127.0.0.1:{free_port()}",
+                             f"--health-probe-addr=127.0.0.1:{free_port()}", "--enable-pprof=false",
+                             "--feature-gates=WebhookFramework=true"],
+                            env=env, stdout=log_file, stderr=log_file)
+    result = {"build": "koord-manager v1.8.0", "replicas": []}
+    try:
+        log("koord-manager: started; letting its informers list (90 s)")
+        time.sleep(90)
+        if proc.poll() is not None:
+            raise RuntimeError(f"koord-manager exited with {proc.returncode} (see {log_file.name})")
+        samples = []
+        for _ in range(20):
+            samples.append(rss(proc.pid))
+            time.sleep(2)
+        result["steady"] = [sorted(samples)[len(samples) // 2]]
+        result["steady_max"] = [max(samples)]
+        runs = []
+        for k in range(restarts):
+            reset_peak(proc.pid)
+            log(f"koord-manager: restarting kube-apiserver ({k + 1}/{restarts})")
+            down = time.time()
+            subprocess.run([CP, "restart-apiserver", cp_dir], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env=dict(os.environ, KOORD_CP_RESTART_TIMEOUT="600"))
+            up = time.time()
+            time.sleep(60)
+            runs.append({"api_down_s": up - down, "peak": [rss(proc.pid, "VmHWM")], "after": [rss(proc.pid)],
+                         "ready_after_s": [None], "unready_seen": [None]})
+            log(f"koord-manager: restart {k + 1}: peak {runs[-1]['peak'][0] // MIB} MiB")
+        result.update(restarts=runs, load={"sent": 0, "ok": 0, "api_down": 0, "refused": 0, "refusals": []})
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log_file.close()
+    return result
+
+
+def table(size_name, size, results):
+    lines = [f"### Scale {size_name}: {size['nodes']:,} nodes, {size['pods']:,} pods, "
+             f"{size['trees'] * (size['children'] + 1):,} quotas, {size['reservations']:,} Reservations, "
+             f"{size['namespaces']:,} namespaces",
+             "",
+             "| build | steady RSS / replica | peak through restart (x steady) | after restart | ready again | "
+             "dry-run creates refused / sent |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        if "steady" not in r:
+            lines.append(f"| {r['build']} | failed: {r.get('error', '?')} | | | | |")
+            continue
+        steady = max(r["steady"])
+        peaks = [max(x["peak"]) for x in r["restarts"]]
+        afters = [max(x["after"]) for x in r["restarts"]]
+        readies = [max((t if t is not None else float("nan")) for t in x["ready_after_s"]) for x in r["restarts"]]
+        lines.append(
+            f"| {r['build']} | {' / '.join(f'{s / MIB:.0f}' for s in r['steady'])} MiB | "
+            f"{', '.join(f'{p / MIB:.0f} ({p / steady:.2f}x)' for p in peaks)} MiB | "
+            f"{', '.join(f'{a / MIB:.0f}' for a in afters)} MiB | "
+            f"{', '.join(f'{t:.1f}' for t in readies)} s | {r['load']['refused']} / {r['load']['sent']} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default=os.environ.get("KOORD_SCALE", "S"), choices=SIZES)
+    ap.add_argument("--koord", action="append", default=[], help="NAME=PATH of a build to measure")
+    ap.add_argument("--restarts", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="leave the control plane running, with its state")
+    ap.add_argument("--manager", metavar="PATH", help="koord-manager v1.8.0, measured as the anchor")
+    ap.add_argument("--manager-crds", metavar="DIR", help="Koordinator's CRDs (koordinator/build components)")
+    ap.add_argument("--results", metavar="FILE", help="put the table into FILE (bench/RESULTS.md), replacing "
+                                                       "the one of the same size")
+    ap.add_argument("--check", type=float, metavar="RATIO",
+                    help="exit 1 unless every peak <= RATIO x steady, every replica ready again, 0 refused")
+    ap.add_argument("--reuse", action="store_true",
+                    help="measure on the state a run with --keep left (the same state for several builds)")
+    args = ap.parse_args()
+    size = SIZES[args.size]
+    workdir = os.path.join(OUT, f"scale-{args.size}")
+    cp_dir = os.path.join(workdir, "cp")
+    os.makedirs(workdir, exist_ok=True)
+    if not args.reuse:
+        subprocess.run([CP, "down", cp_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([CP, "up", cp_dir], check=True, stdout=subprocess.DEVNULL)
+    kubeconfig = os.path.join(cp_dir, "kubeconfig")
+    server = [l.split()[-1] for l in open(kubeconfig) if "server:" in l][0]
+    api = Api(cp_dir, server)
+    results = []
+    empty_api, load_s = None, None
+    try:
+        if args.reuse:
+            quotas = [f"child-{t:03d}-{c:02d}" for t in range(size["trees"]) for c in range(size["children"])]
+        else:
+            crds = subprocess.run([os.environ.get("KOORD", args.koord[0].split("=", 1)[1]), "crds"], check=True,
+                                  capture_output=True).stdout
+            subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "-f", "-"], input=crds,
+                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "wait", "--for=condition=Established",
+                            "--timeout=60s", "crd", "--all"], check=True, stdout=subprocess.DEVNULL)
+            api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": "koordinator-system"}})
+            empty_api = rss(pid_of_apiserver(cp_dir))
+            t = time.time()
+            quotas = load(api, size)
+            load_s = time.time() - t
+        beats = Heartbeats(api, size["nodes"], rate=50)
+        beats.start()
+        time.sleep(10)
+        for spec in args.koord:
+            name, path = spec.split("=", 1)
+            try:
+                results.append(measure(name, path, api, cp_dir, kubeconfig, size, quotas, args.restarts, workdir))
+            except Exception as e:  # noqa: BLE001 - one build failing still reports the others
+                log(f"{name}: failed: {e}")
+                results.append({"build": name, "error": str(e)})
+            # Each build creates its own webhook configurations; the next one starts from none.
+            for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+                subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "delete", kind, "--all"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if args.manager:
+            try:
+                results.append(measure_manager(args.manager, args.manager_crds, api, cp_dir, kubeconfig,
+                                               args.restarts, workdir))
+            except Exception as e:  # noqa: BLE001
+                log(f"koord-manager: failed: {e}")
+                results.append({"build": "koord-manager v1.8.0", "error": str(e)})
+        beats.stop.set()
+    finally:
+        if not args.keep:
+            subprocess.run([CP, "down", cp_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    report = {"size": args.size, "objects": size, "load_s": load_s, "apiserver_rss_empty": empty_api,
+              "results": [{k: v for k, v in r.items() if k != "metrics"} for r in results]}
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, f"scale-{args.size}.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    with open(os.path.join(workdir, "metrics.json"), "w") as f:
+        json.dump([r.get("metrics") for r in results], f)
+    text = table(args.size, size, results)
+    print(text)
+    if args.results:
+        write_results(args.results, args.size, text)
+    if args.check is not None:
+        failures = check(results, args.check)
+        for f in failures:
+            print(f"scale check failed: {f}")
+        checks = sum(len(r.get("restarts", [])) * 2 + 1 for r in results) or 1
+        print(f"scale: {checks - len(failures)} passed, {len(failures)} failed")
+        raise SystemExit(1 if failures else 0)
+
+
+def write_results(path, size_name, text):
+    """Replaces this size's section of the results file (between its markers), or appends it."""
+    start, end = f"<!-- scale {size_name} -->", f"<!-- /scale {size_name} -->"
+    body = open(path).read() if os.path.exists(path) else ""
+    section = f"{start}\n{text}\n\nMeasured {time.strftime('%Y-%m-%d')} by `bench/run scale` (bench/scale.py).\n{end}"
+    if start in body and end in body:
+        body = body[:body.index(start)] + section + body[body.index(end) + len(end):]
+    else:
+        body = body.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(body)
+
+
+def check(results, ratio):
+    """Each replica's peak through each restart against its own steady RSS, readiness after, and
+    the refused creates."""
+    failures = []
+    for r in results:
+        if "steady" not in r:
+            failures.append(f"{r['build']}: {r.get('error')}")
+            continue
+        for k, run in enumerate(r["restarts"]):
+            for j, (peak, steady) in enumerate(zip(run["peak"], r["steady"])):
+                if peak > ratio * steady:
+                    failures.append(f"{r['build']} replica {j} restart {k + 1}: peak {peak / MIB:.1f} MiB is "
+                                    f"{peak / steady:.2f}x its steady {steady / MIB:.1f} MiB (> {ratio}x)")
+            if None in run["ready_after_s"]:
+                failures.append(f"{r['build']} restart {k + 1}: a replica not ready within 60 s: "
+                                f"{run['ready_after_s']}")
+        if r["load"]["refused"]:
+            failures.append(f"{r['build']}: {r['load']['refused']} creates refused by the webhook: "
+                            f"{r['load']['refusals'][:3]}")
+    return failures
+
+
+if __name__ == "__main__":
+    main()
