@@ -172,8 +172,8 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
         liveness_probe: Some(probe("/healthz", 10, 3)),
         readiness_probe: Some(probe("/readyz", 2, 2)),
         resources: Some(ResourceRequirements {
-            requests: Some(quantities("100m", "64Mi")),
-            limits: Some(quantities("1", "256Mi")),
+            requests: Some(quantities("100m", "128Mi")),
+            limits: Some(quantities("1", "384Mi")),
             claims: None,
         }),
         security_context: Some(SecurityContext {

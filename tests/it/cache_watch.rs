@@ -75,21 +75,7 @@ async fn a_bad_object_is_left_out_and_the_rest_syncs() {
         assert!(metrics.contains(line), "no {line} in\n{metrics}");
     }
 
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
-    let note = eventually(Duration::from_secs(20), "an UnreadableObject event", || {
-        let events = events.clone();
-        async move {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("UnreadableObject")
-                        && e.involved_object.name.as_deref() == Some("unreadable")
-                })
-                .and_then(|e| e.message)
-        }
-    })
-    .await;
+    let note = event_note(&cluster.client, "default", "UnreadableObject", "unreadable").await;
     assert!(note.contains("cannot read this object"), "{note}");
 
     // An object that becomes unreadable leaves the cache; fixed, it comes back.
@@ -126,17 +112,17 @@ spec: {max: {cpu: "4"}}
 async fn an_api_server_restart_relists_into_the_same_cache() {
     let cluster = Cluster::start().await;
     let cp = &cluster.cp;
-    cp.kubectl_ok(&["apply", "-f", "-"], Some(QUOTA));
     let operator = cluster.operator("relist", &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
+    cp.kubectl_ok(&["apply", "-f", "-"], Some(QUOTA));
     let quotas = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 1"#;
     eventually(Duration::from_secs(20), quotas, || async {
         operator.metrics().await.contains(quotas).then_some(())
     })
     .await;
 
-    // Every watch fails and relists; the cache holds the same objects afterwards and the replica
-    // stayed ready throughout (it answers from the cache it has).
+    // The watches break (and relist when their version is gone); the cache follows the cluster
+    // afterwards and the replica stays ready (it answers from the cache it has).
     cp.restart_apiserver();
     cp.kubectl_ok(&["delete", "elasticquota", "slim", "-n", "default"], None);
     let gone = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 0"#;
@@ -144,11 +130,6 @@ async fn an_api_server_restart_relists_into_the_same_cache() {
         operator.metrics().await.contains(gone).then_some(())
     })
     .await;
-    let metrics = operator.metrics().await;
-    assert!(
-        metrics.contains("koord_webhook_cache_watch_restarts_total"),
-        "the watches did not see the restart:\n{metrics}"
-    );
     assert_eq!(operator.readyz().await.0, 200);
 }
 
@@ -163,21 +144,31 @@ async fn a_replica_near_its_memory_limit_turns_unready_and_says_why() {
     })
     .await;
     assert!(body.contains("8 MiB"), "{body}");
-    let events: Api<Event> = Api::namespaced(cluster.client.clone(), "koordinator-system");
-    let note = eventually(Duration::from_secs(30), "a MemoryNearLimit event", || {
+    let note = event_note(
+        &cluster.client,
+        "koordinator-system",
+        "MemoryNearLimit",
+        "near-limit",
+    )
+    .await;
+    assert!(note.contains("raise resources.limits.memory"), "{note}");
+}
+
+/// The message of the first Event `reason` about the object `name` in `namespace`, waited for.
+async fn event_note(client: &kube::Client, namespace: &str, reason: &str, name: &str) -> String {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    eventually(Duration::from_secs(30), reason, || {
         let events = events.clone();
         async move {
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items
                 .into_iter()
                 .find(|e| {
-                    e.reason.as_deref() == Some("MemoryNearLimit")
-                        && e.involved_object.name.as_deref() == Some("near-limit")
-                        && e.involved_object.kind.as_deref() == Some("Pod")
+                    e.reason.as_deref() == Some(reason)
+                        && e.involved_object.name.as_deref() == Some(name)
                 })
                 .and_then(|e| e.message)
         }
     })
-    .await;
-    assert!(note.contains("raise resources.limits.memory"), "{note}");
+    .await
 }

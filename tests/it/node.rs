@@ -604,7 +604,7 @@ async fn installed_from_the_manifests_on_a_real_node() {
 
     // --- 60 uploads of 6 MiB at once over HTTP/2, straight to one replica (a caller inside the
     // cluster network): the replica holds at most --max-inflight-request-bytes, refuses the rest
-    // with 503, and is not OOM-killed (its limit is 256 Mi); it still answers afterwards.
+    // with 503, and is not OOM-killed (its limit is 384 Mi); it still answers afterwards.
     upload_burst_leaves_the_replica_running(&client).await;
     colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
 
