@@ -460,6 +460,11 @@ def measure_manager(path, crds, api, cp_dir, kubeconfig, restarts, workdir):
     for f in sorted(os.listdir(crds)):
         subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",
                         "-f", os.path.join(crds, f)], check=True, stdout=subprocess.DEVNULL)
+    # Its webhook controller waits for its own configurations (it fills their caBundle from its
+    # template) and exits after 20 s without them.
+    subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f",
+                    os.path.join(ROOT, "koordinator", "manifests", "webhook-configurations.yaml")],
+                   check=True, stdout=subprocess.DEVNULL)
     certs = os.path.join(workdir, "manager-certs")
     os.makedirs(certs, exist_ok=True)
     env = dict(os.environ, KUBECONFIG=kubeconfig, POD_NAMESPACE="koordinator-system",
