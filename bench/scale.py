@@ -340,17 +340,34 @@ def get(url, timeout=2):
 
 class Replica:
     def __init__(self, koord, kubeconfig, index, workdir, extra):
-        self.port = free_port()
-        self.metrics, self.health = free_port(), free_port()
         env = dict(os.environ, KUBECONFIG=kubeconfig, POD_NAME=f"replica-{index}",
                    KOORD_WEBHOOK_MEMORY_LIMIT=str(256 * MIB))
-        self.log = open(os.path.join(workdir, f"replica-{index}.log"), "w")
-        self.proc = subprocess.Popen(
-            [koord, "serve", "--port", str(self.port), "--bind-address", "127.0.0.1",
-             "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
-             "--health-bind-address", f"127.0.0.1:{self.health}", "--webhook-host", "127.0.0.1",
-             "--feature-gates", "EnableQuotaAdmission=true", "--drain-delay", "0s", *extra],
-            env=env, stdout=self.log, stderr=self.log)
+        path = os.path.join(workdir, f"replica-{index}.log")
+        # A free port found by binding and closing can be taken by another process before the
+        # replica binds it: start again on new ports when it exits at once.
+        for _ in range(5):
+            self.port = free_port()
+            self.metrics, self.health = free_port(), free_port()
+            self.log = open(path, "w")
+            self.proc = subprocess.Popen(
+                [koord, "serve", "--port", str(self.port), "--bind-address", "127.0.0.1",
+                 "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
+                 "--health-bind-address", f"127.0.0.1:{self.health}", "--webhook-host", "127.0.0.1",
+                 "--feature-gates", "EnableQuotaAdmission=true", "--drain-delay", "0s", *extra],
+                env=env, stdout=self.log, stderr=self.log)
+            try:
+                self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                return
+            self.log.close()
+            if "cannot listen" not in open(path).read():
+                break
+        raise RuntimeError(f"replica {index} exited at start (see {path})")
+
+    def running(self):
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"replica exited with {self.proc.returncode} (see {self.log.name})")
+        return True
 
     def ready(self):
         return get(f"https://127.0.0.1:{self.port}/readyz")[0] == 200
@@ -396,7 +413,7 @@ def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdi
     result = {"build": name, "replicas": []}
     try:
         started = time.time()
-        wait(lambda: all(r.ready() for r in replicas), 600, "both replicas ready")
+        wait(lambda: all(r.running() and r.ready() for r in replicas), 600, "both replicas ready")
         result["ready_s"] = time.time() - started
         # The admission load runs from here on, so the steady figure holds what serving it costs
         # (connections, buffers, quota evaluation) and the peaks differ from it by the relists.
