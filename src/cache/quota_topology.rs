@@ -175,13 +175,6 @@ impl QuotaTopology {
         self.unlink(name)
     }
 
-    /// Replaces the contents with `quotas` (a relist), counting on from the current generation.
-    pub fn reset<'a>(&mut self, quotas: impl IntoIterator<Item = &'a ElasticQuota>) {
-        let generation = self.generation;
-        *self = Self::from_quotas(quotas);
-        self.generation += generation + 1;
-    }
-
     /// Changes so far: equal generations of one topology and its copy mean equal contents.
     pub fn generation(&self) -> u64 {
         self.generation

@@ -153,26 +153,31 @@ impl<K: Resource + Slim> Writer<K> {
     /// Inserts or replaces one object, slimmed first.
     pub fn upsert(&mut self, mut object: K) {
         object.slim();
-        let name: Box<str> = object.meta().name.as_deref().unwrap_or_default().into();
-        let namespace = object.meta().namespace.as_deref().map(Box::from);
         let object = Arc::new(object);
+        let (name, namespace) = (
+            object.meta().name.as_deref(),
+            object.meta().namespace.as_deref(),
+        );
+        let name = name.unwrap_or_default();
         let mut objects = self.write();
         let epoch = objects.relisting.unwrap_or(0);
-        let entries = objects.by_name.entry(name).or_default();
-        match entries.iter_mut().find(|e| e.namespace == namespace) {
-            Some(entry) => {
-                entry.object = object;
-                entry.epoch = epoch;
-            }
-            None => {
-                entries.push(Entry {
-                    namespace,
-                    object,
-                    epoch,
-                });
-                objects.len += 1;
-            }
+        // A replaced object (most events: a node's every status update) allocates no new key.
+        if let Some(entry) = objects.by_name.get_mut(name).and_then(|entries| {
+            entries
+                .iter_mut()
+                .find(|e| e.namespace.as_deref() == namespace)
+        }) {
+            entry.object = object;
+            entry.epoch = epoch;
+            return;
         }
+        let entry = Entry {
+            namespace: namespace.map(Box::from),
+            object: object.clone(),
+            epoch,
+        };
+        objects.by_name.entry(name.into()).or_default().push(entry);
+        objects.len += 1;
     }
 
     /// Removes `namespace/name`, returning what was stored.
