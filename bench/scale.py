@@ -30,6 +30,7 @@ import http.client
 import json
 import os
 import random
+import re
 import socket
 import ssl
 import subprocess
@@ -80,7 +81,7 @@ class Api:
                 c.request(method, path, body=data, headers={"Content-Type": content_type})
                 r = c.getresponse()
                 payload = r.read()
-                if r.status == 429 or r.status >= 500 and attempt < tries - 1:
+                if (r.status == 429 or r.status >= 500) and attempt < tries - 1:
                     time.sleep(0.2 * (attempt + 1))
                     continue
                 return r.status, payload
@@ -339,18 +340,22 @@ def get(url, timeout=2):
 
 
 class Replica:
-    def __init__(self, koord, kubeconfig, index, workdir, extra):
+    """One replica as a host process. Replica i serves on 127.0.0.(i+2):`port`; the webhook
+    configurations name 127.0.0.1:`port`, where a `Spreader` hands the API server's connections to
+    both (as a Service would)."""
+
+    def __init__(self, koord, kubeconfig, index, workdir, extra, port):
         env = dict(os.environ, KUBECONFIG=kubeconfig, POD_NAME=f"replica-{index}",
                    KOORD_WEBHOOK_MEMORY_LIMIT=str(256 * MIB))
         path = os.path.join(workdir, f"replica-{index}.log")
+        self.addr, self.port = f"127.0.0.{index + 2}", port
         # A free port found by binding and closing can be taken by another process before the
         # replica binds it: start again on new ports when it exits at once.
         for _ in range(5):
-            self.port = free_port()
             self.metrics, self.health = free_port(), free_port()
             self.log = open(path, "w")
             self.proc = subprocess.Popen(
-                [koord, "serve", "--port", str(self.port), "--bind-address", "127.0.0.1",
+                [koord, "serve", "--port", str(self.port), "--bind-address", self.addr,
                  "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
                  "--health-bind-address", f"127.0.0.1:{self.health}", "--webhook-host", "127.0.0.1",
                  "--feature-gates", "EnableQuotaAdmission=true", "--drain-delay", "0s", *extra],
@@ -370,7 +375,7 @@ class Replica:
         return True
 
     def ready(self):
-        return get(f"https://127.0.0.1:{self.port}/readyz")[0] == 200
+        return get(f"https://{self.addr}:{self.port}/readyz")[0] == 200
 
     def metric_text(self):
         return get(f"http://127.0.0.1:{self.metrics}/metrics")[1]
@@ -382,6 +387,179 @@ class Replica:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+class Spreader(threading.Thread):
+    """A TCP relay on 127.0.0.1:`port` that hands each new connection to the next replica in turn,
+    as kube-proxy spreads a Service's connections (TLS passes through: both replicas serve the
+    certificate issued for 127.0.0.1)."""
+
+    def __init__(self, port, replicas):
+        super().__init__(daemon=True)
+        self.replicas, self.next = replicas, 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(256)
+        self.connections = [0] * len(replicas)
+
+    def run(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            i = self.next % len(self.replicas)
+            self.next += 1
+            r = self.replicas[i]
+            try:
+                upstream = socket.create_connection((r.addr, r.port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            self.connections[i] += 1
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(src, dst):
+        try:
+            src.settimeout(None)
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+class SecondApiServer:
+    """A second kube-apiserver on the same etcd, as an HA control plane runs several: each API server
+    keeps its own HTTP/2 connection to the webhook, so with two of them the `Spreader` gives one to
+    each replica and both replicas admit (and write the same quota) at once."""
+
+    def __init__(self, cp_dir, workdir):
+        script = open(os.path.join(cp_dir, "apiserver.sh")).read()
+        self.port = free_port()
+        script = re.sub(r'--secure-port "\d+"', f'--secure-port "{self.port}"', script)
+        script = script.replace(f'--cert-dir "{cp_dir}/cert-dir"', f'--cert-dir "{cp_dir}/cert-dir-2"')
+        self.log = open(os.path.join(workdir, "apiserver-2.log"), "w")
+        self.proc = subprocess.Popen(["bash", "-c", script], stdout=self.log, stderr=self.log)
+        self.api = Api(cp_dir, f"https://127.0.0.1:{self.port}")
+        wait(lambda: self.proc.poll() is None and apiserver_ready(self.api), 600, "the second API server ready")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def quota_creates(apis, size, tag, count, clients=32):
+    """`count` new child quotas spread over every tree, created by `clients` threads through the
+    webhook, half through each API server (a 429 from its ledger is retried, as a client would);
+    then deleted. Creates/s, the latency per create including its retries, and every answer that
+    was not a create."""
+    eq = lambda ns: f"/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{ns}/elasticquotas"
+    jobs = [(t, k) for k in range(count // size["trees"] + 1) for t in range(size["trees"])][:count]
+
+    def body(t, k):
+        return {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                "metadata": {"name": f"new-{tag}-{t:03d}-{k:03d}",
+                             "namespace": f"ns-{(t * 31 + k) % size['namespaces']:04d}",
+                             "labels": {"quota.scheduling.koordinator.sh/parent": f"parent-{t:03d}",
+                                        "quota.scheduling.koordinator.sh/is-parent": "false"}},
+                "spec": {"min": {"cpu": "1", "memory": "1Gi"}, "max": {"cpu": "4", "memory": "8Gi"}}}
+
+    def create(job):
+        b = body(*job)
+        api = apis[(job[0] + job[1]) % len(apis)]
+        started, busy = time.time(), 0
+        while time.time() - started < 120:
+            status, payload = api.call("POST", eq(b["metadata"]["namespace"]), b, tries=1)
+            if status in (200, 201):
+                return "created", time.time() - started, busy
+            if status == 429:
+                busy += 1
+                time.sleep(min(0.05 * busy, 1.0))
+                continue
+            return f"{status} {payload[:200]!r}", time.time() - started, busy
+        return "gave up after 120 s", time.time() - started, busy
+
+    start = time.time()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        answers = list(pool.map(create, jobs))
+    took = time.time() - start
+    created = [a for a in answers if a[0] == "created"]
+    latencies = sorted(a[1] for a in created) or [float("nan")]
+    failures = [a[0] for a in answers if a[0] != "created"]
+
+    def delete(job):
+        b = body(*job)
+        apis[0].call("DELETE", f"{eq(b['metadata']['namespace'])}/{b['metadata']['name']}")
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        list(pool.map(delete, jobs))
+    return {"sent": count, "created": len(created), "per_s": len(created) / took,
+            "p50_s": latencies[len(latencies) // 2], "p99_s": latencies[int(len(latencies) * 0.99)],
+            "busy_answers": sum(a[2] for a in answers), "failures": len(failures), "examples": failures[:5]}
+
+
+def pod_burst(apis, tag, count=1000, rate=200, clients=32):
+    """`count` pod creates at `rate`/s into one quota (under parent-000), alternately through each
+    API server, with EnableQuotaAdmission: each admission charges the quota's child-request, so
+    both replicas write the same object. Counts every refusal, and those that name a write
+    conflict."""
+    api = apis[0]
+    ns = "ns-0000"
+    eq = f"/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{ns}/elasticquotas"
+    name = f"burst-{tag}"
+    api.create(eq, {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                    "metadata": {"name": name, "namespace": ns,
+                                 "labels": {"quota.scheduling.koordinator.sh/parent": "parent-000",
+                                            "quota.scheduling.koordinator.sh/is-parent": "false"}},
+                    "spec": {"min": {"cpu": "0", "memory": "0"}, "max": {"cpu": "1000", "memory": "2000Gi"}}})
+    time.sleep(2)  # the replicas' watches deliver the quota
+
+    def create(i):
+        due = start + i / rate
+        time.sleep(max(0.0, due - time.time()))
+        p = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{name}-{i:05d}", "namespace": ns,
+            "labels": {"quota.scheduling.koordinator.sh/name": name, "burst": name}},
+            "spec": {"containers": [{"name": "main", "image": "registry.example.com/app:v1", "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "500m", "memory": "1Gi"}}}]}}
+        status, payload = apis[i % len(apis)].call("POST", f"/api/v1/namespaces/{ns}/pods", p, tries=1)
+        return status, payload.decode(errors="replace")
+
+    start = time.time()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        answers = list(pool.map(create, range(count)))
+    took = time.time() - start
+    refused = [t for s, t in answers if s not in (200, 201)]
+    conflicts = [t for t in refused if "conflict" in t.lower() or "modified" in t.lower()]
+    api.call("DELETE", f"/api/v1/namespaces/{ns}/pods?labelSelector=burst%3D{name}&gracePeriodSeconds=0")
+    api.call("DELETE", f"{eq}/{name}")
+    return {"sent": count, "admitted": count - len(refused), "per_s": count / took, "refused": len(refused),
+            "conflicts": len(conflicts), "examples": refused[:5]}
+
+
+def admissions(metrics):
+    """Reviews a replica answered, from its metrics."""
+    total = 0
+    for line in metrics.splitlines():
+        if line.startswith("koord_webhook_admission_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
 
 
 def wait(cond, timeout, what):
@@ -407,9 +585,12 @@ def apiserver_ready(api):
         return False
 
 
-def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdir):
+def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdir, writes):
     log(f"{name}: starting two replicas ({koord})")
-    replicas = [Replica(koord, kubeconfig, i, workdir, []) for i in range(2)]
+    port = free_port()
+    replicas = [Replica(koord, kubeconfig, i, workdir, [], port) for i in range(2)]
+    spreader = Spreader(port, replicas)
+    spreader.start()
     result = {"build": name, "replicas": []}
     try:
         started = time.time()
@@ -459,11 +640,28 @@ def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdi
                 f"after {[a // MIB for a in runs[-1]['after']]} MiB")
         dry.stop.set()
         dry.join()
+        if writes:
+            tag = re.sub(r"[^a-z0-9]", "", name.lower())[:20] or "build"
+            log(f"{name}: a second API server, so that both replicas admit")
+            second = SecondApiServer(cp_dir, workdir)
+            try:
+                apis = [api, second.api]
+                log(f"{name}: {writes} quota creates across {size['trees']} trees, 32 clients")
+                result["quota_creates"] = quota_creates(apis, size, tag, writes)
+                log(f"{name}: quota creates: {result['quota_creates']}")
+                log(f"{name}: 1,000 pods at 200/s into one quota")
+                result["pod_burst"] = pod_burst(apis, tag)
+                log(f"{name}: pod burst: {result['pod_burst']}")
+            finally:
+                second.stop()
+            result["connections"] = spreader.connections
+            result["admitted_by"] = [admissions(r.metric_text()) for r in replicas]
         result.update(steady=steady, idle_cpu=idle_cpu, restarts=runs,
                       load={"sent": dry.sent, "ok": dry.ok, "api_down": dry.api_down,
                             "refused": len(dry.refused), "refusals": dry.refused[:20]},
                       metrics=[r.metric_text() for r in replicas])
     finally:
+        spreader.close()
         for r in replicas:
             r.stop()
     time.sleep(5)
@@ -550,6 +748,15 @@ def table(size_name, size, results):
             f"{', '.join(f'{p / MIB:.0f} ({p / steady:.2f}x)' for p in peaks)} MiB | "
             f"{', '.join(f'{a / MIB:.0f}' for a in afters)} MiB | "
             f"{', '.join(f'{t:.1f}' for t in readies)} s | {r['load']['refused']} / {r['load']['sent']} |")
+    written = [r for r in results if "quota_creates" in r]
+    if written:
+        lines += ["", "| build | quota creates/s (32 clients, every tree) | p50 / p99 per create | 429s answered | "
+                      "other refusals | 1,000-pod burst into one quota: admitted | refused (of them: write conflicts) |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in written:
+            q, b = r["quota_creates"], r["pod_burst"]
+            lines.append(f"| {r['build']} | {q['per_s']:.0f} | {q['p50_s'] * 1000:.0f} / {q['p99_s'] * 1000:.0f} ms | "
+                         f"{q['busy_answers']} | {q['failures']} | {b['admitted']} | {b['refused']} ({b['conflicts']}) |")
     return "\n".join(lines)
 
 
@@ -565,6 +772,9 @@ def main():
                                                        "the one of the same size")
     ap.add_argument("--check", type=float, metavar="RATIO",
                     help="exit 1 unless every peak <= RATIO x steady, every replica ready again, 0 refused")
+    ap.add_argument("--quota-creates", type=int, metavar="N",
+                    help="after the restarts, N quota creates through the webhook and a 1,000-pod burst into one "
+                         "quota (default: 500 at S, 2,000 at L1/L0; 0 skips both)")
     ap.add_argument("--reuse", action="store_true",
                     help="measure on the state a run with --keep left (the same state for several builds)")
     args = ap.parse_args()
@@ -602,7 +812,9 @@ def main():
         for spec in args.koord:
             name, path = spec.split("=", 1)
             try:
-                results.append(measure(name, path, api, cp_dir, kubeconfig, size, quotas, args.restarts, workdir))
+                writes = args.quota_creates if args.quota_creates is not None else (500 if args.size == "S" else 2000)
+                results.append(measure(name, path, api, cp_dir, kubeconfig, size, quotas, args.restarts, workdir,
+                                       writes))
             except Exception as e:  # noqa: BLE001 - one build failing still reports the others
                 log(f"{name}: failed: {e}")
                 results.append({"build": name, "error": str(e)})
@@ -670,6 +882,12 @@ def check(results, ratio):
             if None in run["ready_after_s"]:
                 failures.append(f"{r['build']} restart {k + 1}: a replica not ready within 60 s: "
                                 f"{run['ready_after_s']}")
+        if r.get("pod_burst", {}).get("conflicts"):
+            failures.append(f"{r['build']}: {r['pod_burst']['conflicts']} burst pods refused for a write conflict: "
+                            f"{r['pod_burst']['examples'][:2]}")
+        if r.get("quota_creates", {}).get("failures"):
+            failures.append(f"{r['build']}: {r['quota_creates']['failures']} quota creates refused: "
+                            f"{r['quota_creates']['examples'][:2]}")
         if r["load"]["refused"]:
             failures.append(f"{r['build']}: {r['load']['refused']} creates refused by the webhook: "
                             f"{r['load']['refusals'][:3]}")

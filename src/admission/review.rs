@@ -67,8 +67,6 @@ pub struct WireRequest<'a> {
     pub old_object: Option<&'a RawValue>,
     #[serde(default)]
     pub dry_run: Option<bool>,
-    #[serde(borrow, default)]
-    pub options: Option<&'a RawValue>,
 }
 
 impl<'a> WireRequest<'a> {
@@ -91,10 +89,6 @@ impl<'a> WireRequest<'a> {
     {
         let object = decode_object::<T>(self.object)?;
         let old_object = decode_object::<T>(self.old_object)?;
-        let options = match self.options {
-            Some(raw) => serde_json::from_str(raw.get()).map_err(|e| e.to_string())?,
-            None => None,
-        };
         Ok(AdmissionRequest {
             types: TypeMeta {
                 api_version: API_VERSION.to_owned(),
@@ -114,7 +108,8 @@ impl<'a> WireRequest<'a> {
             object,
             old_object,
             dry_run: self.dry_run.unwrap_or(false),
-            options,
+            // Read by no rule: never decoded (see [`TypedRequest`]).
+            options: None,
         })
     }
 }
@@ -128,13 +123,13 @@ where
 {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
-    struct TypedReview<T: kube::Resource> {
+    struct TypedReview<T> {
         #[serde(default)]
         api_version: String,
         #[serde(default)]
         kind: String,
         // Boxed where it is decoded: the request is large and is handed on several times.
-        request: Option<Box<AdmissionRequest<T>>>,
+        request: Option<Box<TypedRequest<T>>>,
     }
     // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
     let text = std::str::from_utf8(body).ok()?;
@@ -142,12 +137,64 @@ where
     if review.api_version != API_VERSION || review.kind != KIND {
         return None;
     }
-    let mut request = review.request?;
-    request.types = TypeMeta {
-        api_version: API_VERSION.to_owned(),
-        kind: KIND.to_owned(),
-    };
-    Some(request)
+    let r = *review.request?;
+    Some(Box::new(AdmissionRequest {
+        types: TypeMeta {
+            api_version: API_VERSION.to_owned(),
+            kind: KIND.to_owned(),
+        },
+        uid: r.uid,
+        kind: r.kind,
+        resource: r.resource,
+        sub_resource: r.sub_resource,
+        request_kind: r.request_kind,
+        request_resource: r.request_resource,
+        request_sub_resource: r.request_sub_resource,
+        name: r.name,
+        namespace: r.namespace,
+        operation: r.operation,
+        user_info: r.user_info,
+        object: r.object,
+        old_object: r.old_object,
+        dry_run: r.dry_run,
+        options: None,
+    }))
+}
+
+/// kube's `AdmissionRequest` as the wire carries it, without `options`: no rule reads a request's
+/// options, so they are skipped unread (serde walks unknown fields without keeping them) rather than
+/// decoded into a map of values whatever their size.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypedRequest<T> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    #[serde(default)]
+    user_info: UserInfo,
+    #[serde(default = "none")]
+    object: Option<T>,
+    #[serde(default = "none")]
+    old_object: Option<T>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+fn none<T>() -> Option<T> {
+    None
 }
 
 fn decode_object<T: serde::de::DeserializeOwned>(

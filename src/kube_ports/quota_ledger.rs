@@ -87,7 +87,7 @@ impl LedgerStore for KubeLedgerStore {
         &'a self,
         version: &'a str,
         last: &'a BTreeMap<String, PendingChange>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
             let data = last
                 .iter()
@@ -98,7 +98,7 @@ impl LedgerStore for KubeLedgerStore {
             self.api()
                 .replace(QUOTA_LEDGER, &crate::names::post_params(), &config_map)
                 .await
-                .map(|_| ())
+                .map(|written| written.metadata.resource_version.unwrap_or_default())
                 .map_err(store_error)
         })
     }
@@ -185,7 +185,7 @@ mod tests {
             ),
         ]);
         let store = KubeLedgerStore { client };
-        store.write("1", &entries()).await.unwrap();
+        assert_eq!(store.write("1", &entries()).await.unwrap(), "2");
         assert_eq!(
             store.write("1", &entries()).await,
             Err(StoreError::Conflict)

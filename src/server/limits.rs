@@ -97,13 +97,61 @@ impl BodyBudget {
     }
 }
 
-/// The memory a body will take once decoded and run: its bytes, and a measured cost per JSON
-/// string (two quotes each; escaped quotes count too, which only overestimates). Bodies of the same
-/// size differ twentyfold in decoded size (a few long strings, or a map of tiny labels), so the
+/// The memory a body will take once decoded and run: its bytes, a measured cost per JSON string,
+/// and one per other value (a number, `true`, `false`, `null`, an array or an object). Bodies of
+/// the same size differ twentyfold in decoded size (a few long strings, or a map of tiny labels),
+/// and a body of bare numbers costs more than either once decoded into `serde_json::Value`s, so the
 /// budget counts this, not bytes. A byte scan: ~1 ms per 3 MiB, nothing for a typical pod.
 pub fn decoded_estimate(body: &[u8]) -> usize {
-    let quotes = body.iter().filter(|&&b| b == b'"').count();
-    body.len() + quotes / 2 * DECODED_BYTES_PER_STRING
+    let shape = JsonShape::of(body);
+    body.len()
+        .saturating_add(shape.strings.saturating_mul(DECODED_BYTES_PER_STRING))
+        .saturating_add(shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
+}
+
+/// Heap one JSON value that is not a string costs once decoded, measured (bench/memory.py): an
+/// 8 MiB review whose `request.options` is an array of 4 million zeros peaks ~270 MiB above idle,
+/// ~67 bytes each (a 32-byte `Value` in a vector that grew by doubling).
+pub const DECODED_BYTES_PER_VALUE: usize = 72;
+
+/// The values of a JSON text, counted without parsing it: strings, and everything else.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct JsonShape {
+    strings: usize,
+    others: usize,
+}
+
+impl JsonShape {
+    /// Outside strings, each `[` and `{` is a value and so is each run of the characters numbers and
+    /// literals are made of; inside, only an unescaped quote ends the string. Malformed text is
+    /// counted all the same (the decoder refuses it after).
+    fn of(body: &[u8]) -> Self {
+        let mut shape = Self::default();
+        let (mut in_string, mut escaped, mut in_scalar) = (false, false, false);
+        for &b in body {
+            if in_string {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            let scalar = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.');
+            match b {
+                b'"' => {
+                    in_string = true;
+                    shape.strings += 1;
+                }
+                b'[' | b'{' => shape.others += 1,
+                _ if scalar && !in_scalar => shape.others += 1,
+                _ => {}
+            }
+            in_scalar = scalar;
+        }
+        shape
+    }
 }
 
 /// The decode budget for a container memory limit of `bytes` (none known: the default).
@@ -244,17 +292,46 @@ mod tests {
     }
 
     #[test]
+    fn the_shape_counts_values_outside_strings_only() {
+        let shape = |text: &str| JsonShape::of(text.as_bytes());
+        assert_eq!(
+            shape(r#"{"a":[0,-1.5e+3,true,null,{}],"b":"x\"[1,2]"}"#),
+            JsonShape {
+                strings: 3,
+                others: 7
+            }
+        );
+        assert_eq!(
+            shape("[0,0,0,0]"),
+            JsonShape {
+                strings: 0,
+                others: 5
+            }
+        );
+    }
+
+    #[test]
+    fn numbers_cost_what_they_cost_once_decoded() {
+        // 4 million zeros in 8 MiB: about 300 MiB once decoded, more than the budget of a 256Mi
+        // replica (96 MiB), so such a review is refused before it is decoded.
+        let zeros = format!("[{}0]", "0,".repeat(4 << 20));
+        let estimate = decoded_estimate(zeros.as_bytes());
+        assert!(estimate > 280 << 20, "{} MiB", estimate >> 20);
+        assert!(estimate > decode_budget_for(Some(256 << 20)));
+    }
+
+    #[test]
     fn the_estimate_counts_strings_not_only_bytes() {
         let few_long = format!("{{\"a\":\"{}\"}}", "x".repeat(1000));
         let many_short = "{\"a\":\"b\",".repeat(100);
         assert_eq!(few_long.len(), 1008);
         assert_eq!(
             decoded_estimate(few_long.as_bytes()),
-            1008 + 2 * DECODED_BYTES_PER_STRING
+            1008 + 2 * DECODED_BYTES_PER_STRING + DECODED_BYTES_PER_VALUE
         );
         assert_eq!(
             decoded_estimate(many_short.as_bytes()),
-            many_short.len() + 200 * DECODED_BYTES_PER_STRING
+            many_short.len() + 200 * DECODED_BYTES_PER_STRING + 100 * DECODED_BYTES_PER_VALUE
         );
         assert_eq!(decode_budget_for(Some(256 << 20)), 96 << 20);
         assert_eq!(decode_budget_for(None), DEFAULT_DECODE_BUDGET);

@@ -115,11 +115,11 @@ impl LedgerStore for MemoryLedgerStore {
         &'a self,
         version: &'a str,
         last: &'a BTreeMap<String, PendingChange>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
         let mut record = self.record.lock().unwrap();
         let result = if record.0.to_string() == version {
             *record = (record.0 + 1, last.clone());
-            Ok(())
+            Ok(record.0.to_string())
         } else {
             Err(StoreError::Conflict)
         };

@@ -74,12 +74,12 @@ pub struct LedgerRecord {
 pub trait LedgerStore: Send + Sync {
     fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>>;
     /// Replaces the record's entries with `last` if its version is still `version`
-    /// ([`StoreError::Conflict`] otherwise).
+    /// ([`StoreError::Conflict`] otherwise); returns the record's new version.
     fn write<'a>(
         &'a self,
         version: &'a str,
         last: &'a std::collections::BTreeMap<String, PendingChange>,
-    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    ) -> BoxFuture<'a, Result<String, StoreError>>;
 }
 
 /// Where a replica makes a narrowed pod entry cover a change before allowing it (the webhook
