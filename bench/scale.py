@@ -339,13 +339,23 @@ def get(url, timeout=2):
         return 0, ""
 
 
+def image_env():
+    """The image's ENV lines (Dockerfile): a replica runs as it would in the image."""
+    env = {}
+    for line in open(os.path.join(ROOT, "Dockerfile")):
+        if line.startswith("ENV "):
+            key, _, value = line[4:].strip().partition("=")
+            env[key] = value
+    return env
+
+
 class Replica:
     """One replica as a host process. Replica i serves on 127.0.0.(i+2):`port`; the webhook
     configurations name 127.0.0.1:`port`, where a `Spreader` hands the API server's connections to
     both (as a Service would)."""
 
-    def __init__(self, koord, kubeconfig, index, workdir, extra, port):
-        env = dict(os.environ, KUBECONFIG=kubeconfig, POD_NAME=f"replica-{index}",
+    def __init__(self, koord, kubeconfig, index, workdir, extra, port, bare=False):
+        env = dict(os.environ, **({} if bare else image_env()), KUBECONFIG=kubeconfig, POD_NAME=f"replica-{index}",
                    KOORD_WEBHOOK_MEMORY_LIMIT=str(256 * MIB))
         path = os.path.join(workdir, f"replica-{index}.log")
         self.addr, self.port = f"127.0.0.{index + 2}", port
@@ -585,10 +595,10 @@ def apiserver_ready(api):
         return False
 
 
-def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdir, writes):
-    log(f"{name}: starting two replicas ({koord})")
+def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdir, writes, bare=False):
+    log(f"{name}: starting two replicas ({koord}{', without the image ENV' if bare else ''})")
     port = free_port()
-    replicas = [Replica(koord, kubeconfig, i, workdir, [], port) for i in range(2)]
+    replicas = [Replica(koord, kubeconfig, i, workdir, [], port, bare) for i in range(2)]
     spreader = Spreader(port, replicas)
     spreader.start()
     result = {"build": name, "replicas": []}
@@ -772,6 +782,8 @@ def main():
                                                        "the one of the same size")
     ap.add_argument("--check", type=float, metavar="RATIO",
                     help="exit 1 unless every peak <= RATIO x steady, every replica ready again, 0 refused")
+    ap.add_argument("--bare", action="append", default=[], metavar="NAME",
+                    help="run build NAME without the Dockerfile's ENV lines (a build from before they were there)")
     ap.add_argument("--quota-creates", type=int, metavar="N",
                     help="after the restarts, N quota creates through the webhook and a 1,000-pod burst into one "
                          "quota (default: 500 at S, 2,000 at L1/L0; 0 skips both)")
@@ -814,7 +826,7 @@ def main():
             try:
                 writes = args.quota_creates if args.quota_creates is not None else (500 if args.size == "S" else 2000)
                 results.append(measure(name, path, api, cp_dir, kubeconfig, size, quotas, args.restarts, workdir,
-                                       writes))
+                                       writes, bare=name in args.bare))
             except Exception as e:  # noqa: BLE001 - one build failing still reports the others
                 log(f"{name}: failed: {e}")
                 results.append({"build": name, "error": str(e)})

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 /// The API server's own default when a request names no `?timeout=`.
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest `timeoutSeconds` the API server accepts for a webhook: a larger `?timeout=` can only
+/// come from another caller, and is cut to it (an instant that far ahead would overflow).
+pub const MAX_API_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// When a review's answer is due: the API server's `?timeout=` (or its default) counted from when
 /// the request arrived, less a margin for the answer to travel back. Decoding and every plugin
@@ -21,7 +24,9 @@ pub struct Deadline {
 impl Deadline {
     /// The deadline of a request that arrived at `received`.
     pub fn from(received: tokio::time::Instant, api_timeout: Option<Duration>) -> Self {
-        let api_timeout = api_timeout.unwrap_or(DEFAULT_API_TIMEOUT);
+        let api_timeout = api_timeout
+            .unwrap_or(DEFAULT_API_TIMEOUT)
+            .min(MAX_API_TIMEOUT);
         let budget = answer_budget(api_timeout);
         Self {
             api_timeout,
@@ -50,4 +55,17 @@ pub fn answer_budget(api_timeout: Duration) -> Duration {
     api_timeout
         .saturating_sub(margin)
         .max(Duration::from_millis(50))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_past_what_the_api_server_allows_is_cut_to_it() {
+        let huge = crate::duration::parse_duration("18000000000000000000s").unwrap();
+        let deadline = Deadline::starting_now(Some(huge));
+        assert_eq!(deadline.api_timeout, MAX_API_TIMEOUT);
+        assert!(deadline.at <= tokio::time::Instant::now() + MAX_API_TIMEOUT);
+    }
 }

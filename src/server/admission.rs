@@ -8,7 +8,7 @@ use actix_web::http::{Method, StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures::StreamExt;
 
-use super::limits::{ConnectionStreams, NoRoom, decoded_estimate};
+use super::limits::{BodyHold, BudgetFull, ConnectionStreams, NoRoom, decoded_estimate};
 use super::shared::Shared;
 use crate::admission::{Deadline, EndpointId};
 use crate::duration::parse_duration;
@@ -88,7 +88,8 @@ pub async fn handle(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    let (body, held) = match read_body(&mut payload, &shared, declared, deadline).await {
+    let from = req.peer_addr().map(|a| a.ip());
+    let (body, held) = match read_body(&mut payload, &shared, from, declared, deadline).await {
         Ok(read) => read,
         Err(refusal) => return refusal.respond(&mut payload, &shared, deadline).await,
     };
@@ -142,8 +143,10 @@ pub async fn handle(
 enum Refusal {
     TooLarge,
     TimedOut,
-    /// The server holds its maximum of request bytes.
-    Busy,
+    /// The caller paused longer than the idle timeout in the middle of the body.
+    Stalled,
+    /// The server holds its maximum of request bytes, or the caller's address its share.
+    Busy(BudgetFull),
     Broken(String),
 }
 
@@ -173,11 +176,25 @@ impl Refusal {
                 "the request body did not arrive in time (--request-read-timeout, or the API \
                  server's timeout)",
             ),
-            Refusal::Busy => plain(
+            Refusal::Stalled => plain(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body stopped arriving for {:?} (--request-body-idle-timeout)",
+                    limits.body_idle_timeout
+                ),
+            ),
+            Refusal::Busy(BudgetFull::Server) => plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
                     "the server holds its maximum of {} request bytes (--max-inflight-request-bytes); retry",
                     limits.max_inflight_bytes
+                ),
+            ),
+            Refusal::Busy(BudgetFull::Address { share }) => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "requests from this client address hold its share of {share} request bytes (a \
+                     quarter of --max-inflight-request-bytes); retry once they end"
                 ),
             ),
             Refusal::Broken(e) => plain(
@@ -188,23 +205,27 @@ impl Refusal {
     }
 }
 
-/// Reads the body within the size limit, the deadline and the server's byte budget. The permits
-/// returned hold the body's bytes in the budget until the request ends.
+/// Reads the body within the size limit, the deadline, the idle timeout between its pieces, and the
+/// byte budget (the server's, and the share of the caller's address). What is returned holds the
+/// body's bytes in the budget until dropped.
 async fn read_body(
     payload: &mut web::Payload,
     shared: &Shared,
+    from: Option<std::net::IpAddr>,
     declared: Option<usize>,
     deadline: tokio::time::Instant,
-) -> Result<(web::BytesMut, Option<tokio::sync::OwnedSemaphorePermit>), Refusal> {
+) -> Result<(web::BytesMut, Option<BodyHold>), Refusal> {
     let limit = shared.limits.max_body_bytes;
     if declared.is_some_and(|n| n > limit) {
         return Err(Refusal::TooLarge);
     }
-    // One permit for all the body's bytes (merged chunk by chunk): no allocation per request.
-    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    // One hold for all the body's bytes (merged chunk by chunk): no allocation per request.
+    let mut held: Option<BodyHold> = None;
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(64 * 1024));
     loop {
-        let chunk = match tokio::time::timeout_at(deadline, payload.next()).await {
+        let idle_until = tokio::time::Instant::now() + shared.limits.body_idle_timeout;
+        let chunk = match tokio::time::timeout_at(deadline.min(idle_until), payload.next()).await {
+            Err(_elapsed) if idle_until < deadline => return Err(Refusal::Stalled),
             Err(_elapsed) => return Err(Refusal::TimedOut),
             Ok(None) => return Ok((body, held)),
             Ok(Some(Err(e))) => return Err(Refusal::Broken(e.to_string())),
@@ -213,11 +234,10 @@ async fn read_body(
         if body.len() + chunk.len() > limit {
             return Err(Refusal::TooLarge);
         }
-        let permit = shared.body_budget.take(chunk.len()).ok_or(Refusal::Busy)?;
-        match held.as_mut() {
-            Some(all) => all.merge(permit),
-            None => held = Some(permit),
-        }
+        shared
+            .body_budget
+            .take(from, chunk.len(), &mut held)
+            .map_err(Refusal::Busy)?;
         body.extend_from_slice(&chunk);
     }
 }

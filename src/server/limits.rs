@@ -3,7 +3,9 @@
 //! `failurePolicy: Fail` that falls over blocks pod creation cluster-wide, so every limit answers fast
 //! (413, 408, 503) instead of letting memory or waiting grow.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
@@ -30,6 +32,12 @@ pub const DECODED_BYTES_PER_STRING: usize = 200;
 
 /// Time to receive a whole body (shortened further by the API server's `?timeout=`).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest pause between two pieces of one body. The API server writes a body it holds in memory
+/// at once; a caller that sends most of a body and then waits holds its bytes for nothing.
+pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The share of the in-flight bytes one client address may hold, in quarters (at least one body of
+/// the largest size): the callers of one address cannot refuse everyone else.
+pub const ADDRESS_SHARE_QUARTERS: usize = 1;
 /// Requests in flight on one connection (HTTP/2 streams; HTTP/1.1 has one at a time).
 pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: usize = 100;
 /// Open connections over all workers (the API server keeps a handful per replica).
@@ -43,6 +51,7 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_inflight_bytes: usize,
     pub read_timeout: Duration,
+    pub body_idle_timeout: Duration,
     pub max_streams_per_connection: usize,
     pub max_connections: usize,
     pub max_connections_per_address: usize,
@@ -58,12 +67,22 @@ impl Default for Limits {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
             read_timeout: DEFAULT_READ_TIMEOUT,
+            body_idle_timeout: DEFAULT_BODY_IDLE_TIMEOUT,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
             decode_budget: DEFAULT_DECODE_BUDGET,
             workers: default_workers(),
         }
+    }
+}
+
+impl Limits {
+    /// The request bytes one client address may hold at once: a quarter of the in-flight bytes, and
+    /// never less than one body of the largest size (or all of them, if that is less).
+    pub fn address_share(&self) -> usize {
+        (self.max_inflight_bytes / 4 * ADDRESS_SHARE_QUARTERS)
+            .max(self.max_body_bytes.min(self.max_inflight_bytes))
     }
 }
 
@@ -75,25 +94,125 @@ pub fn default_workers() -> usize {
         .max(2)
 }
 
-/// The request bytes the server holds, as permits of one semaphore shared by every worker.
+/// Request bytes held per client address.
+type ByAddress = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// The request bytes the server holds, as permits of one semaphore shared by every worker, and what
+/// each client address holds of them.
 #[derive(Debug, Clone)]
-pub struct BodyBudget(Arc<Semaphore>);
+pub struct BodyBudget {
+    permits: Arc<Semaphore>,
+    by_address: ByAddress,
+    share: usize,
+}
+
+/// Request bytes held until dropped: in the server's budget, and in its address's share.
+#[derive(Debug)]
+pub struct BodyHold {
+    _permit: OwnedSemaphorePermit,
+    address: Option<(ByAddress, IpAddr)>,
+    bytes: usize,
+}
+
+/// Why bytes could not be taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BudgetFull {
+    /// The server holds its maximum.
+    Server,
+    /// This client address holds its share.
+    Address { share: usize },
+}
 
 impl BodyBudget {
-    pub fn new(bytes: usize) -> Self {
-        Self(Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))))
+    /// `bytes` in all, `share` of them for one address.
+    pub fn new(bytes: usize, share: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
+            by_address: Arc::default(),
+            share,
+        }
     }
 
-    /// Takes `bytes` from the budget until the returned permit is dropped; `None` when the budget is
-    /// spent (the caller answers 503 at once rather than wait or grow).
-    pub fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let bytes = u32::try_from(bytes).ok()?;
-        self.0.clone().try_acquire_many_owned(bytes).ok()
+    /// Takes `bytes` more for a body from `from` (added to `hold`, taken whole or not at all);
+    /// refused at once when the address's share or the server's budget is spent (the caller answers
+    /// 503 rather than wait or grow).
+    pub fn take(
+        &self,
+        from: Option<IpAddr>,
+        bytes: usize,
+        hold: &mut Option<BodyHold>,
+    ) -> Result<(), BudgetFull> {
+        let n = u32::try_from(bytes).map_err(|_| BudgetFull::Server)?;
+        if let Some(ip) = from {
+            let mut held = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+            let mine = held.get(&ip).copied().unwrap_or(0);
+            if mine + bytes > self.share {
+                return Err(BudgetFull::Address { share: self.share });
+            }
+            let permit = self
+                .permits
+                .clone()
+                .try_acquire_many_owned(n)
+                .map_err(|_| BudgetFull::Server)?;
+            *held.entry(ip).or_default() += bytes;
+            drop(held);
+            self.add(hold, permit, Some(ip), bytes);
+        } else {
+            let permit = self
+                .permits
+                .clone()
+                .try_acquire_many_owned(n)
+                .map_err(|_| BudgetFull::Server)?;
+            self.add(hold, permit, None, bytes);
+        }
+        Ok(())
+    }
+
+    fn add(
+        &self,
+        hold: &mut Option<BodyHold>,
+        permit: OwnedSemaphorePermit,
+        ip: Option<IpAddr>,
+        bytes: usize,
+    ) {
+        match hold {
+            Some(h) => {
+                h._permit.merge(permit);
+                h.bytes += bytes;
+            }
+            None => {
+                *hold = Some(BodyHold {
+                    _permit: permit,
+                    address: ip.map(|ip| (self.by_address.clone(), ip)),
+                    bytes,
+                });
+            }
+        }
     }
 
     /// Bytes not held by any request now.
     pub fn available(&self) -> usize {
-        self.0.available_permits()
+        self.permits.available_permits()
+    }
+
+    /// Bytes `ip` holds now.
+    pub fn held_by(&self, ip: IpAddr) -> usize {
+        let held = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+        held.get(&ip).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for BodyHold {
+    fn drop(&mut self) {
+        if let Some((table, ip)) = &self.address {
+            let mut held = table.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = held.get_mut(ip) {
+                *n = n.saturating_sub(self.bytes);
+                if *n == 0 {
+                    held.remove(ip);
+                }
+            }
+        }
     }
 }
 
@@ -229,6 +348,10 @@ pub struct LimitFlags {
     /// after it.
     #[arg(long, env = "KOORD_WEBHOOK_REQUEST_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration_arg)]
     pub request_read_timeout: Duration,
+    /// Longest pause between two pieces of one request body; HTTP 408 after it (a body the caller
+    /// stops sending holds its bytes for nothing).
+    #[arg(long, env = "KOORD_WEBHOOK_REQUEST_BODY_IDLE_TIMEOUT", default_value = "2s", value_parser = parse_duration_arg)]
+    pub request_body_idle_timeout: Duration,
     /// Requests in flight on one connection (HTTP/2 streams); more get HTTP 503.
     #[arg(long, env = "KOORD_WEBHOOK_MAX_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
     pub max_streams_per_connection: usize,
@@ -264,6 +387,7 @@ impl LimitFlags {
                         .min(usize::try_from(l / 4).unwrap_or(usize::MAX))
                 }),
             read_timeout: self.request_read_timeout,
+            body_idle_timeout: self.request_body_idle_timeout,
             max_streams_per_connection: self.max_streams_per_connection,
             max_connections: self.max_connections,
             max_connections_per_address: self.max_connections_per_address.max(1),
@@ -281,14 +405,45 @@ mod tests {
 
     #[test]
     fn the_budget_is_returned_when_a_request_ends() {
-        let budget = BodyBudget::new(100);
-        let a = budget.take(60).unwrap();
-        assert!(budget.take(60).is_none(), "only 40 left");
-        let b = budget.take(40).unwrap();
+        let budget = BodyBudget::new(100, 100);
+        let (mut a, mut b) = (None, None);
+        budget.take(None, 60, &mut a).unwrap();
+        assert_eq!(budget.take(None, 60, &mut b), Err(BudgetFull::Server));
+        assert!(b.is_none(), "only 40 left");
+        budget.take(None, 40, &mut b).unwrap();
         assert_eq!(budget.available(), 0);
         drop((a, b));
         assert_eq!(budget.available(), 100);
         assert!(default_workers() >= 2);
+    }
+
+    #[test]
+    fn one_address_holds_its_share_and_no_more() {
+        let budget = BodyBudget::new(100, 30);
+        let (greedy, other) = (IpAddr::from([10, 0, 0, 9]), IpAddr::from([10, 0, 0, 1]));
+        let (mut first, mut second, mut theirs) = (None, None, None);
+        budget.take(Some(greedy), 20, &mut first).unwrap();
+        budget.take(Some(greedy), 10, &mut first).unwrap();
+        assert_eq!(
+            budget.take(Some(greedy), 1, &mut second),
+            Err(BudgetFull::Address { share: 30 })
+        );
+        assert_eq!(budget.held_by(greedy), 30);
+        // Everyone else still has the rest.
+        budget.take(Some(other), 30, &mut theirs).unwrap();
+        assert_eq!(budget.available(), 40);
+        drop(first);
+        assert_eq!(budget.held_by(greedy), 0);
+        budget.take(Some(greedy), 30, &mut second).unwrap();
+        // The share is a quarter of the bytes, but at least one body of the largest size.
+        let limits = |inflight, body| Limits {
+            max_inflight_bytes: inflight,
+            max_body_bytes: body,
+            ..Limits::default()
+        };
+        assert_eq!(limits(64 << 20, 8 << 20).address_share(), 16 << 20);
+        assert_eq!(limits(16 << 20, 8 << 20).address_share(), 8 << 20);
+        assert_eq!(limits(4 << 20, 8 << 20).address_share(), 4 << 20);
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl Shared {
         Self {
             state,
             admission,
-            body_budget: BodyBudget::new(limits.max_inflight_bytes),
+            body_budget: BodyBudget::new(limits.max_inflight_bytes, limits.address_share()),
             decode_budget: DecodeBudget::new(limits.decode_budget),
             limits,
             client_ca: None,

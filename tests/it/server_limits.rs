@@ -12,7 +12,7 @@ use koord_webhook::admission::webhooks;
 use koord_webhook::cache::Cache;
 use koord_webhook::features::FeatureGates;
 use serde_json::{Value, json};
-use support::tls_client::{Proto, connect, connect_plain};
+use support::tls_client::{Proto, connect, connect_from, connect_plain};
 use support::{TestServer, fixture};
 use tokio::io::AsyncReadExt;
 
@@ -52,6 +52,67 @@ async fn a_stalled_body_is_dropped_after_the_deadline() {
         assert!(started.elapsed() >= Duration::from_millis(900));
         drop(tx);
     }
+    server.stop().await;
+}
+
+/// Slow uploads from one address hold at most its share of the in-flight bytes (a quarter), so
+/// another address is still served; and a body that stops arriving is answered 408 after the idle
+/// timeout, not the read deadline. Before, eight stalled 8 MiB uploads from one pod refused every
+/// caller for 10 s.
+#[tokio::test]
+async fn slow_uploads_from_one_address_leave_the_others_served() {
+    let limits = koord_webhook::server::Limits {
+        read_timeout: Duration::from_secs(20),
+        body_idle_timeout: Duration::from_secs(3),
+        max_inflight_bytes: 16 * 1024 * 1024,
+        max_body_bytes: 4 * 1024 * 1024,
+        ..Default::default()
+    };
+    let server = TestServer::start_with(Cache::empty(), FeatureGates::default(), limits).await;
+    // From 127.0.0.1: four uploads of 3 MiB that then stall; its share is 4 MiB.
+    let mut stalled = tokio::task::JoinSet::new();
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(vec![b' '; 3 * 1024 * 1024]).await.unwrap();
+        senders.push(tx);
+        stalled.spawn(async move {
+            conn.post_streaming(webhooks::VALIDATE_POD, rx)
+                .await
+                .map(|(status, body)| (status, String::from_utf8_lossy(&body).into_owned()))
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Another address is served meanwhile.
+    let mut other = connect_from(server.addr, Proto::Http1, [127, 0, 0, 3].into())
+        .await
+        .unwrap();
+    let (status, body) = other
+        .post(
+            webhooks::VALIDATE_POD,
+            harmless_review(webhooks::VALIDATE_POD, "other"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let mut answers = Vec::new();
+    while let Some(done) = stalled.join_next().await {
+        answers.push(done.unwrap().unwrap());
+    }
+    let refused = answers
+        .iter()
+        .filter(|(s, b)| *s == StatusCode::SERVICE_UNAVAILABLE && b.contains("share"))
+        .count();
+    let idle = answers
+        .iter()
+        .filter(|(s, b)| {
+            *s == StatusCode::REQUEST_TIMEOUT && b.contains("--request-body-idle-timeout")
+        })
+        .count();
+    // The one upload within the share ended at the idle timeout (its message names it), not
+    // at the 20 s read deadline.
+    assert_eq!((refused, idle), (3, 1), "{answers:?}");
+    drop(senders);
     server.stop().await;
 }
 

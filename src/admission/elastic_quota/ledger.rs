@@ -52,8 +52,16 @@ pub const WHOLE_RECORD: &str = "last-change";
 /// Entries the record keeps at most (the oldest go first); entries older than twice
 /// [`PENDING_TIMEOUT`] go in any case: nobody waits for them any more.
 pub const MAX_ENTRIES: usize = 256;
-/// Keys one write records at most: a batch leaves room in the record for what others wait for.
-const BATCH_KEYS: usize = MAX_ENTRIES / 2;
+/// Keys one write records at most, and one change may have: a batch leaves room in the record
+/// for what others wait for.
+pub const BATCH_KEYS: usize = MAX_ENTRIES / 2;
+/// Entries the record may grow to when more than [`MAX_ENTRIES`] are still young and not yet seen
+/// here: none of those is dropped (another replica may still have to wait for it); beyond this
+/// changes are refused (429) until they have been seen (~200 KiB, within a ConfigMap's 1 MiB).
+pub const HARD_MAX_ENTRIES: usize = MAX_ENTRIES * 4;
+/// An entry this replica's cache shows may leave a full record once it is this old (seconds): the
+/// other replicas' watches have had the time to deliver it too.
+const SEEN_GRACE_SECONDS: i64 = 2;
 /// Writes whose keys a replica remembers (see [`Known::recent`]).
 const RECENT_WRITES: usize = 64;
 /// Conflicting writes one flush tries before it lets its changes check again.
@@ -113,6 +121,8 @@ struct Queued {
     version: String,
     epoch: u64,
     writes: u64,
+    /// What tells the flush which entries this replica has seen.
+    cache: Cache,
     reply: oneshot::Sender<Verdict>,
 }
 
@@ -122,6 +132,8 @@ enum Verdict {
     Recorded,
     /// A change under one of its keys was recorded since it was checked: wait for it, check again.
     Stale,
+    /// The record holds [`HARD_MAX_ENTRIES`] changes not yet seen.
+    Full,
     Failed(String),
 }
 
@@ -166,6 +178,13 @@ impl Ledger {
                 // The cache moved a quota between trees while we waited: wait for the new ones.
                 continue;
             }
+            if wanted.len() > BATCH_KEYS {
+                return Err(Rejection::invalid(format!(
+                    "this ElasticQuota change touches {} quota trees and bound namespaces; at most {BATCH_KEYS} \
+                     can be admitted in one change",
+                    wanted.len()
+                )));
+            }
             let applied = check()?;
             let (reply, verdict) = oneshot::channel();
             let queued = Queued {
@@ -175,6 +194,7 @@ impl Ledger {
                 version: record.version.clone(),
                 epoch: snapshot.epoch,
                 writes: snapshot.writes,
+                cache: cache.clone(),
                 reply,
             };
             self.inner.enqueue(queued);
@@ -191,6 +211,7 @@ impl Ledger {
                         return Err(busy(last));
                     }
                 }
+                Ok(Verdict::Full) => return Err(full()),
                 Ok(Verdict::Failed(why)) => return Err(unavailable(&why)),
                 Err(_) => return Err(unavailable("the write was abandoned")),
             }
@@ -295,7 +316,11 @@ impl Inner {
                     (&q.keys, change)
                 })
                 .collect();
-            let next = next_record(&record.last, &recorded, now);
+            let cache = &batch[0].cache;
+            let Some(next) = next_record(&record.last, &recorded, now, |c| visible(c, cache))
+            else {
+                return reply_all(batch, || Verdict::Full);
+            };
             match self.call(self.store.write(&record.version, &next)).await {
                 Ok(version) => {
                     known.writes += 1;
@@ -438,23 +463,37 @@ fn waited_for<'a>(
     waited
 }
 
-/// The record after `changes` (disjoint keys each) are admitted at `now`: old entries dropped, at
-/// most [`MAX_ENTRIES`] kept (the oldest go first), each change the last of its keys and the last
-/// of them the last of the whole.
+/// The record after `changes` (disjoint keys each) are admitted at `now`, each the last of its keys
+/// and the last of them the last of the whole. Entries older than twice [`PENDING_TIMEOUT`] leave;
+/// beyond [`MAX_ENTRIES`], the oldest of those `seen` here for [`SEEN_GRACE_SECONDS`] leave too, and
+/// no other: a young change no replica may have seen stays, up to [`HARD_MAX_ENTRIES`] (`None`
+/// beyond: the changes wait).
 fn next_record(
     last: &BTreeMap<String, PendingChange>,
     changes: &[(&BTreeSet<String>, PendingChange)],
     now: i64,
-) -> BTreeMap<String, PendingChange> {
+    seen: impl Fn(&PendingChange) -> bool,
+) -> Option<BTreeMap<String, PendingChange>> {
     let horizon = (PENDING_TIMEOUT * 2).as_secs() as i64;
     let written = |k: &String| changes.iter().any(|(keys, _)| keys.contains(k));
     let mut kept: Vec<(&String, &PendingChange)> = last
         .iter()
         .filter(|(k, c)| *k != WHOLE_RECORD && !written(k) && now - c.at < horizon)
         .collect();
-    kept.sort_by_key(|(_, c)| std::cmp::Reverse(c.at));
     let new_keys: usize = changes.iter().map(|(keys, _)| keys.len()).sum();
-    kept.truncate(MAX_ENTRIES.saturating_sub(new_keys + 1));
+    let mut over = (kept.len() + new_keys + 1).saturating_sub(MAX_ENTRIES);
+    if over > 0 {
+        // Oldest first; among those of one second, in key order (the record's own).
+        kept.sort_by_key(|(_, c)| c.at);
+        kept.retain(|(_, c)| {
+            let leaves = over > 0 && now - c.at >= SEEN_GRACE_SECONDS && seen(c);
+            over -= usize::from(leaves);
+            !leaves
+        });
+    }
+    if kept.len() + new_keys + 1 > HARD_MAX_ENTRIES {
+        return None;
+    }
     let mut next: BTreeMap<String, PendingChange> = kept
         .into_iter()
         .map(|(k, c)| (k.clone(), c.clone()))
@@ -467,22 +506,19 @@ fn next_record(
     if let Some((_, newest)) = changes.last() {
         next.insert(WHOLE_RECORD.to_owned(), newest.clone());
     }
-    next
+    Some(next)
 }
 
 /// What a change can meet, as ledger keys: the tree of each quota it touches, before and after
 /// (`t.<top-most ancestor under the root>`, by the cache's topology), and each namespace it binds
-/// before and after (`n.<namespace>`). Keys longer than a ConfigMap key may be are cut: two
-/// changes that then share a key only wait for each other.
+/// before and after (`n.<namespace>`). A name a ConfigMap key cannot hold (too long, or with other
+/// characters than `-._a-zA-Z0-9`: only a forged or hand-written annotation has one) is keyed by
+/// its digest instead (`t-`, `n-`), so every change can be recorded.
 pub fn keys_of(
     topology: &QuotaTopology,
     object: Option<&ElasticQuota>,
     old: Option<&ElasticQuota>,
 ) -> BTreeSet<String> {
-    let key = |prefix: &str, name: &str| {
-        let name: String = name.chars().take(250).collect();
-        format!("{prefix}.{name}")
-    };
     let mut keys = BTreeSet::new();
     let infos = [object, old]
         .into_iter()
@@ -497,6 +533,25 @@ pub fn keys_of(
         }
     }
     keys
+}
+
+/// The ledger key of `name` under `prefix` (`t` or `n`).
+fn key(prefix: &str, name: &str) -> String {
+    let fits = !name.is_empty()
+        && name.len() <= 250
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if fits {
+        format!("{prefix}.{name}")
+    } else {
+        let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+        let hex: String = digest.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{prefix}-{hex}")
+    }
 }
 
 /// The top-most quota under the root above `name` whose parent is `parent` (itself for a quota
@@ -560,6 +615,16 @@ fn busy(last: &PendingChange) -> Rejection {
         message: format!(
             "another ElasticQuota change ({}/{}) is still being admitted; retry in a few seconds",
             last.namespace, last.name
+        ),
+    }
+}
+
+fn full() -> Rejection {
+    Rejection {
+        code: 429,
+        message: format!(
+            "{HARD_MAX_ENTRIES} ElasticQuota changes are still being admitted across replicas; retry in a \
+             few seconds"
         ),
     }
 }
@@ -884,18 +949,20 @@ mod tests {
     }
 
     #[test]
-    fn the_record_drops_old_entries_and_keeps_its_size() {
+    fn the_record_drops_old_and_seen_entries_and_keeps_its_size() {
         let at = |id: &str, at: i64| PendingChange {
             at,
             ..create(id, id)
         };
-        // Young entries of ages 0 to 26 s, more than fit, and one past the horizon.
+        // Entries of ages 0 to 26 s, more than fit, and one past the horizon.
         let mut last: BTreeMap<String, PendingChange> = (0..MAX_ENTRIES as i64 + 10)
             .map(|i| (format!("t.q{i}"), at(&format!("c{i}"), 1_000 - i / 10)))
             .collect();
         last.insert("t.stale".into(), at("stale", 1_000 - 31));
         let keys = BTreeSet::from(["t.new".to_owned()]);
-        let next = next_record(&last, &[(&keys, at("new", 1_000))], 1_000);
+        let new = [(&keys, at("new", 1_000))];
+        // Seen here: the oldest leave first.
+        let next = next_record(&last, &new, 1_000, |_| true).unwrap();
         assert_eq!(next.len(), MAX_ENTRIES);
         assert!(
             !next.contains_key("t.stale"),
@@ -909,6 +976,48 @@ mod tests {
         );
         assert_eq!(next["t.new"].id, "new");
         assert_eq!(next[WHOLE_RECORD].id, "new");
+        // Not seen here: nothing young leaves, the record grows.
+        let next = next_record(&last, &new, 1_000, |_| false).unwrap();
+        assert_eq!(next.len(), MAX_ENTRIES + 10 + 2);
+        // Seen, but within the grace: stays too.
+        let next = next_record(&last, &new, 1_000, |_| true).unwrap();
+        assert!(
+            last.iter()
+                .filter(|(_, c)| c.at > 1_000 - SEEN_GRACE_SECONDS)
+                .all(|(k, _)| next.contains_key(k)),
+            "younger than the grace"
+        );
+        // Beyond the hard cap of young unseen changes: refused.
+        let young: BTreeMap<String, PendingChange> = (0..HARD_MAX_ENTRIES)
+            .map(|i| (format!("n.ns{i}"), at(&format!("y{i}"), 1_000)))
+            .collect();
+        assert!(next_record(&young, &new, 1_000, |_| false).is_none());
+    }
+
+    #[test]
+    fn names_a_configmap_key_cannot_hold_are_keyed_by_digest() {
+        assert_eq!(key("n", "team-a"), "n.team-a");
+        let odd = key("n", "team a");
+        assert!(odd.starts_with("n-") && odd.len() == 2 + 32, "{odd}");
+        assert_ne!(odd, key("n", "team b"));
+        assert!(key("t", &"q".repeat(300)).starts_with("t-"));
+        assert!([odd, key("t", "")].iter().all(|k| {
+            k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        }));
+    }
+
+    #[tokio::test]
+    async fn a_change_with_more_keys_than_a_write_holds_is_refused() {
+        let cache = CacheWriter::default().reader();
+        let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
+        let many = || (0..=BATCH_KEYS).map(|i| format!("n.ns{i}")).collect();
+        let denied = ledger
+            .admit(create("1", "q"), many, &cache, || Ok(()))
+            .await
+            .unwrap_err();
+        assert_eq!(denied.code, 400);
+        assert!(denied.message.contains("at most 128"), "{}", denied.message);
     }
 
     #[test]

@@ -109,6 +109,26 @@ pub async fn connect_as(
     versions: &[&'static rustls::SupportedProtocolVersion],
     identity: Option<(&str, &str)>,
 ) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    open(addr, proto, versions, identity, None).await
+}
+
+/// Connects from the loopback address `from` (another client address than 127.0.0.1).
+pub async fn connect_from(
+    addr: SocketAddr,
+    proto: Proto,
+    from: std::net::IpAddr,
+) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
+    open(addr, proto, &versions, None, Some(from)).await
+}
+
+async fn open(
+    addr: SocketAddr,
+    proto: Proto,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    identity: Option<(&str, &str)>,
+    from: Option<std::net::IpAddr>,
+) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
     use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -126,7 +146,14 @@ pub async fn connect_as(
         Proto::Http1 => vec![b"http/1.1".to_vec()],
         Proto::Http2 => vec![b"h2".to_vec()],
     };
-    let tcp = TcpStream::connect(addr).await?;
+    let tcp = match from {
+        None => TcpStream::connect(addr).await?,
+        Some(ip) => {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(ip, 0))?;
+            socket.connect(addr).await?
+        }
+    };
     tcp.set_nodelay(true)?;
     let tls = TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost")?, tcp)

@@ -25,6 +25,14 @@ pub const RECENT: &str = "koord-webhook/child-request-recent";
 /// may take). Beyond it the oldest go first: a burst of more than this many pods into one quota
 /// within the window may be recounted without its oldest pods until they are stored.
 pub const MAX_RECENT: usize = 1024;
+/// Bytes of JSON the record takes at most, whatever its entries hold: with the quota's other
+/// annotations it stays well within the API server's 256 KiB, so a quota stays writable.
+pub const MAX_RECENT_BYTES: usize = 128 * 1024;
+/// The longest `namespace/name` a stored pod can have (63 and 253 characters).
+pub const MAX_POD_KEY: usize = 63 + 1 + 253;
+/// How far in the future an entry may be dated (clock skew between replicas); a later one was not
+/// written by a replica and is not counted.
+pub const MAX_SKEW_SECONDS: i64 = 60;
 
 /// One admitted pod: who, when (Unix seconds), and what it was charged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,18 +54,45 @@ pub fn to_json(recent: &[Admitted]) -> String {
     serde_json::to_string(recent).unwrap_or_else(|_| "[]".to_owned())
 }
 
-/// Adds admitted pods to the record, dropping those older than `window` and the oldest beyond
-/// [`MAX_RECENT`].
+/// Adds admitted pods to the record, dropping those older than `window`, and the oldest beyond
+/// [`MAX_RECENT`] entries or [`MAX_RECENT_BYTES`]. A pod whose key no stored pod can have (a
+/// forged review) is not recorded: the next recount forgets its charge.
 pub fn record(
     recent: &mut Vec<Admitted>,
     admitted: impl IntoIterator<Item = Admitted>,
     now: i64,
     window: i64,
 ) {
-    recent.retain(|a| now - a.at < window);
-    recent.extend(admitted);
+    recent.retain(|a| now - a.at < window && counts(a, now));
+    recent.extend(admitted.into_iter().filter(|a| a.pod.len() <= MAX_POD_KEY));
     let over = recent.len().saturating_sub(MAX_RECENT);
     recent.drain(..over);
+    let mut bytes: usize = recent.iter().map(json_len).sum();
+    let mut drop = 0;
+    while bytes > MAX_RECENT_BYTES {
+        bytes -= json_len(&recent[drop]);
+        drop += 1;
+    }
+    recent.drain(..drop);
+}
+
+/// Bytes an entry takes in the record's JSON, at most (every character escaped to six).
+fn json_len(a: &Admitted) -> usize {
+    let requests: usize = a
+        .requests
+        .iter()
+        .map(|(k, v)| 6 * (k.len() + v.0.len()) + 6)
+        .sum();
+    6 * a.pod.len() + requests + 48
+}
+
+/// Whether an entry can be a replica's: a stored pod's key, dated no later than the clocks allow,
+/// charging nothing negative. Anyone who may update the quota can write the record; the rest is
+/// not counted.
+fn counts(a: &Admitted, now: i64) -> bool {
+    a.pod.len() <= MAX_POD_KEY
+        && a.at <= now + MAX_SKEW_SECONDS
+        && Resources::parse(Some(&a.requests)).is_ok_and(|r| r.negative_keys().is_empty())
 }
 
 /// The admissions still on their way: younger than `window` and whose pod `stored` does not show
@@ -70,7 +105,7 @@ pub fn in_flight(
 ) -> (Vec<Admitted>, Resources) {
     let kept: Vec<Admitted> = recent
         .iter()
-        .filter(|a| now - a.at < window && !stored(&a.pod))
+        .filter(|a| now - a.at < window && counts(a, now) && !stored(&a.pod))
         .cloned()
         .collect();
     let mut sum = Resources::default();
@@ -104,6 +139,49 @@ mod tests {
         let (kept, sum) = in_flight(&recent, 180, 60, |pod| pod == "ns/stored");
         assert_eq!(kept, vec![admitted("ns/coming", 170, "1")]);
         assert_eq!(sum.describe(), "cpu=1");
+    }
+
+    #[test]
+    fn entries_no_replica_writes_do_not_count() {
+        let recent = vec![
+            admitted("ns/future", 10_000, "4"),
+            admitted("ns/negative", 170, "-8"),
+            admitted(&format!("ns/{}", "x".repeat(400)), 170, "2"),
+            admitted("ns/skewed", 200, "1"),
+        ];
+        let (kept, sum) = in_flight(&recent, 180, 60, |_| false);
+        assert_eq!(kept, vec![admitted("ns/skewed", 200, "1")]);
+        assert_eq!(sum.describe(), "cpu=1");
+    }
+
+    #[test]
+    fn the_record_stays_within_its_bytes_whatever_it_is_given() {
+        let mut recent = Vec::new();
+        // A forged review's name longer than any pod's is not recorded.
+        record(
+            &mut recent,
+            [admitted(&format!("ns/{}", "x".repeat(250_000)), 100, "1")],
+            100,
+            60,
+        );
+        assert!(recent.is_empty());
+        // Names of the longest valid size, and many resources each.
+        let long = |i: usize| {
+            let mut a = admitted(&format!("{}/{i:0>253}", "n".repeat(63)), 100, "1");
+            for r in 0..20 {
+                a.requests
+                    .insert(format!("example.com/resource-{r}"), Quantity("1".into()));
+            }
+            a
+        };
+        record(&mut recent, (0..MAX_RECENT).map(long), 100, 60);
+        assert!(!recent.is_empty());
+        assert!(to_json(&recent).len() <= MAX_RECENT_BYTES);
+        assert_eq!(
+            recent.last().map(|a| &a.pod),
+            Some(&long(MAX_RECENT - 1).pod),
+            "the newest are kept"
+        );
     }
 
     #[test]
