@@ -20,8 +20,8 @@ use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
 use super::pod::object::Pod;
-use super::review::{self, MalformedReview, Verdict, WireRequest};
-use super::webhooks::{EndpointSpec, FailurePolicy};
+use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
+use super::webhooks::EndpointSpec;
 use crate::apis::{ClusterColocationProfile, ElasticQuota, Reservation};
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
@@ -56,7 +56,7 @@ impl Endpoint {
         body: &[u8],
         env: &Env,
         deadline: Deadline,
-    ) -> Result<Vec<u8>, MalformedReview> {
+    ) -> Result<Vec<u8>, NoVerdict> {
         match self {
             Endpoint::Pod(e) => e.review(body, env, deadline).await,
             Endpoint::ElasticQuota(e) => e.review(body, env, deadline).await,
@@ -167,7 +167,7 @@ impl<T: Object> TypedEndpoint<T> {
         body: &[u8],
         env: &Env,
         deadline: Deadline,
-    ) -> Result<Vec<u8>, MalformedReview> {
+    ) -> Result<Vec<u8>, NoVerdict> {
         let (head, request) = self.decode(body)?;
         let span = tracing::info_span!(
             "admission",
@@ -178,7 +178,10 @@ impl<T: Object> TypedEndpoint<T> {
             name = %Clipped(&head.name, MAX_LOGGED_NAME),
         );
         let verdict = self.admit(request, env, deadline).instrument(span).await;
-        Ok(review::encode(&head.uid, &verdict))
+        match verdict.late {
+            Some(why) => Err(NoVerdict::TimedOut(why)),
+            None => Ok(review::encode(&head.uid, &verdict)),
+        }
     }
 
     /// Who the request is about, and the request if it is for this endpoint's resource (`None`: a
@@ -344,9 +347,10 @@ impl<T: Object> TypedEndpoint<T> {
     }
 }
 
-/// A chain that would outlive the API server's wait. Under failurePolicy Ignore the API server would
-/// let the request through, so do we (with a warning); under Fail the user gets our reason instead of
-/// "context deadline exceeded".
+/// A chain that would outlive the API server's wait: answered before the API server gives up, with
+/// an HTTP error rather than a verdict, so that the API server applies the failurePolicy of the entry
+/// that called (configured per entry with `--failure-policy`; a verdict would be final whatever it
+/// is), and its log says why.
 fn timed_out(spec: &EndpointSpec, env: &Env, deadline: Deadline) -> Verdict {
     env.metrics.admission.error(spec.path, "timeout");
     let message = format!(
@@ -354,12 +358,9 @@ fn timed_out(spec: &EndpointSpec, env: &Env, deadline: Deadline) -> Verdict {
         spec.path, deadline.budget, deadline.api_timeout
     );
     tracing::warn!("{message}");
-    match spec.failure_policy {
-        FailurePolicy::Fail => Verdict::deny(504, message),
-        FailurePolicy::Ignore => Verdict {
-            warnings: vec![message],
-            ..Verdict::allow()
-        },
+    Verdict {
+        late: Some(message),
+        ..Verdict::deny(504, "")
     }
 }
 

@@ -37,7 +37,7 @@ pub use endpoint::Endpoint;
 use endpoint::TypedEndpoint;
 use env::Env;
 pub use env::Services;
-use review::MalformedReview;
+use review::NoVerdict;
 pub use settings::Settings;
 use webhooks::{EndpointName, EndpointSpec, WEBHOOKS};
 
@@ -47,7 +47,7 @@ pub enum ReviewError {
     #[error("no admission endpoint at {0} (unknown path, or its feature gate is off)")]
     NotFound(String),
     #[error(transparent)]
-    Malformed(#[from] MalformedReview),
+    Unanswered(#[from] NoVerdict),
 }
 
 /// Every enabled endpoint and what they share.
@@ -137,7 +137,7 @@ impl Admission {
         id: EndpointId,
         body: &[u8],
         deadline: Deadline,
-    ) -> Result<Vec<u8>, MalformedReview> {
+    ) -> Result<Vec<u8>, NoVerdict> {
         self.endpoints[id.0].review(body, &self.env, deadline).await
     }
 }

@@ -28,6 +28,17 @@ pub enum MalformedReview {
     NoRequest,
 }
 
+/// Why a review gets no AdmissionReview answer: a body that is not one (HTTP 400), or a chain that
+/// outlived the API server's wait (HTTP 504: the API server then applies the entry's configured
+/// failurePolicy, which only it knows: one endpoint can serve entries of either policy).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NoVerdict {
+    #[error(transparent)]
+    Malformed(#[from] MalformedReview),
+    #[error("{0}")]
+    TimedOut(String),
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireReview<'a> {
@@ -219,6 +230,9 @@ pub struct Verdict {
     pub patch: Option<Vec<u8>>,
     pub audit_annotations: BTreeMap<String, String>,
     pub warnings: Vec<String>,
+    /// Set when the chain outlived the API server's wait: no verdict is sent, only this reason
+    /// ([`NoVerdict::TimedOut`]).
+    pub late: Option<String>,
 }
 
 impl Verdict {
@@ -230,6 +244,7 @@ impl Verdict {
             patch: None,
             audit_annotations: BTreeMap::new(),
             warnings: Vec::new(),
+            late: None,
         }
     }
 

@@ -10,6 +10,7 @@ use futures::StreamExt;
 
 use super::limits::{BodyHold, BudgetFull, ConnectionStreams, NoRoom, decoded_estimate};
 use super::shared::Shared;
+use crate::admission::review::NoVerdict;
 use crate::admission::{Deadline, EndpointId};
 use crate::duration::parse_duration;
 
@@ -135,7 +136,11 @@ pub async fn handle(
         Ok(response) => HttpResponse::Ok()
             .content_type("application/json")
             .body(response),
-        Err(malformed) => plain(StatusCode::BAD_REQUEST, malformed.to_string()),
+        Err(NoVerdict::Malformed(malformed)) => {
+            plain(StatusCode::BAD_REQUEST, malformed.to_string())
+        }
+        // The API server applies the calling entry's failurePolicy to this.
+        Err(NoVerdict::TimedOut(why)) => plain(StatusCode::GATEWAY_TIMEOUT, why),
     }
 }
 
