@@ -111,7 +111,9 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
             let Some(raw) = decode(RAW, &text)? else {
                 return Ok(());
             };
-            let capacity = match annotations.get(RAW_CAPACITY) {
+            // Only with AmplifyNodeCapacity: with the gate off capacity is left alone (as
+            // Koordinator leaves it), whatever `raw-capacity` a time with the gate on left.
+            let capacity = match annotations.get(RAW_CAPACITY).filter(|_| keep_capacity) {
                 Some(text) => decode("node raw capacity", text)?,
                 None => None,
             };
@@ -215,6 +217,28 @@ mod tests {
             let err = amplify(Some(&old), &mut new, true).unwrap_err();
             assert!(err.contains("is too large"), "{ratio} x {cpu}: {err}");
         }
+    }
+
+    #[test]
+    fn with_the_capacity_gate_off_a_recorded_raw_capacity_is_not_applied() {
+        // Left by a time the gate was on: capacity must stay what the kubelet reports.
+        let kubelet = json!({"cpu": "4", "memory": "8Gi"});
+        let annotations = json!({
+            AMPLIFICATION_RATIO: r#"{"cpu": 2}"#,
+            RAW_ALLOCATABLE: r#"{"cpu":"4","memory":"8Gi"}"#,
+            RAW_CAPACITY: r#"{"cpu":"5","memory":"10Gi"}"#,
+        });
+        let old = node(annotations.clone(), kubelet.clone(), kubelet.clone());
+        let mut new = node(annotations, kubelet.clone(), kubelet);
+        amplify(Some(&old), &mut new, false).unwrap();
+        let status = new.status.as_ref().unwrap();
+        assert_eq!(get(&status.allocatable, "cpu"), "8");
+        assert_eq!(get(&status.capacity, "cpu"), "4", "capacity untouched");
+        assert_eq!(
+            annotation(&new, RAW_CAPACITY),
+            Some(r#"{"cpu":"5","memory":"10Gi"}"#),
+            "the record is left as it is"
+        );
     }
 
     #[test]
