@@ -4,7 +4,10 @@
 //! slimmed as it arrives and a relist is applied in place (`store.rs`). A broken watch resumes with
 //! kube-runtime's backoff while the cache stays readable.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
@@ -25,23 +28,68 @@ use crate::metrics::labels::KindLabels;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 use tokio::sync::mpsc;
 
+/// Which watches are failing, and since when: what readiness reads once the cache has synced (a
+/// replica whose watches have failed for long answers from a cache that no longer follows the
+/// cluster).
+#[derive(Clone, Default)]
+pub struct WatchHealth(Arc<Mutex<BTreeMap<&'static str, (Instant, String)>>>);
+
+impl WatchHealth {
+    fn failed(&self, kind: &'static str, error: String) {
+        let mut failing = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let since = failing
+            .get(kind)
+            .map_or_else(Instant::now, |(since, _)| *since);
+        failing.insert(kind, (since, error));
+    }
+
+    fn delivered(&self, kind: &'static str) {
+        let mut failing = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !failing.is_empty() {
+            failing.remove(kind);
+        }
+    }
+
+    /// The watch failing the longest, if it has failed without a success for at least `bound`:
+    /// its kind, for how long, and its last error.
+    pub fn failing_for(&self, bound: Duration) -> Option<(&'static str, Duration, String)> {
+        let failing = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        failing
+            .iter()
+            .map(|(kind, (since, error))| (*kind, since.elapsed(), error.clone()))
+            .filter(|(_, failed, _)| *failed >= bound)
+            .max_by_key(|(_, failed, _)| *failed)
+    }
+}
+
+/// Counts broken watches and keeps which are failing.
+#[derive(Clone)]
+struct Failures {
+    restarts: Family<KindLabels, Counter>,
+    health: WatchHealth,
+}
+
 /// Feeds one watch into `apply` until the stream ends (never, in practice), counting broken
 /// watches.
 async fn drive<T, S>(
     kind: &'static str,
     stream: S,
     mut apply: impl FnMut(T) + Send,
-    restarts: Family<KindLabels, Counter>,
+    failures: Failures,
 ) where
     S: Stream<Item = watcher::Result<T>> + Send,
 {
     stream
         .for_each(|event| {
             match event {
-                Ok(event) => apply(event),
+                Ok(event) => {
+                    failures.health.delivered(kind);
+                    apply(event)
+                }
                 Err(e) => {
                     tracing::warn!(kind, error = %e, "watch failed; resuming");
-                    restarts.get_or_create(&KindLabels { kind }).inc();
+                    failures.restarts.get_or_create(&KindLabels { kind }).inc();
+                    failures.health.failed(kind, e.to_string());
                 }
             }
             future::ready(())
@@ -187,6 +235,7 @@ pub async fn run<P>(
     metrics: CacheMetrics,
     wanted_config_maps: Vec<(String, String)>,
     unreadable: mpsc::Sender<Unreadable>,
+    health: WatchHealth,
     index_pod: impl Fn(&P) -> IndexedPod + Send,
 ) where
     P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -204,8 +253,11 @@ pub async fn run<P>(
         quota_topology,
     } = writer;
     let quotas = follow_quotas(elastic_quotas, quota_topology);
-    let restarts = metrics.watch_restarts;
-    let m = || restarts.clone();
+    let failures = Failures {
+        restarts: metrics.watch_restarts,
+        health,
+    };
+    let m = || failures.clone();
     let aside = |kind| SetAside::new(kind, &metrics.unreadable_objects, unreadable.clone());
     tokio::join!(
         drive(
@@ -309,5 +361,24 @@ mod tests {
         follow(Event::Delete(quota("a", "p")));
         assert!(!cache.topology().contains("a"));
         assert_eq!(cache.elastic_quotas.len(), 1);
+    }
+
+    #[test]
+    fn a_watch_counts_as_failing_from_its_first_error_until_its_next_event() {
+        let health = WatchHealth::default();
+        assert!(health.failing_for(Duration::ZERO).is_none());
+        health.failed("pod", "connection refused".into());
+        std::thread::sleep(Duration::from_millis(20));
+        health.failed("pod", "403 forbidden".into());
+        health.failed("node", "connection refused".into());
+        // The longest-failing kind, with its last error; the bound not reached yet: nothing.
+        let (kind, failed, error) = health.failing_for(Duration::from_millis(10)).unwrap();
+        assert_eq!((kind, error.as_str()), ("pod", "403 forbidden"));
+        assert!(failed >= Duration::from_millis(20));
+        assert!(health.failing_for(Duration::from_secs(3600)).is_none());
+        health.delivered("pod");
+        assert_eq!(health.failing_for(Duration::ZERO).unwrap().0, "node");
+        health.delivered("node");
+        assert!(health.failing_for(Duration::ZERO).is_none());
     }
 }

@@ -110,6 +110,7 @@ pub async fn run(
     let recount_cache = writer.reader();
     let reach_cache = writer.reader();
 
+    let watch_health = crate::cache::watch::WatchHealth::default();
     let (unreadable, unreadable_rx) =
         tokio::sync::mpsc::channel(crate::cache::lenient::QUEUED_EVENTS);
     let cache_task = crate::cache::watch::run(
@@ -118,6 +119,7 @@ pub async fn run(
         metrics.cache.clone(),
         config.config_maps.clone(),
         unreadable,
+        watch_health.clone(),
         {
             let gates = config.desired.gates;
             move |pod: &crate::admission::pod::object::Pod| indexed_pod(pod, &gates)
@@ -134,6 +136,7 @@ pub async fn run(
             cache.wait_until_synced().await;
             state.readiness.set_ready("cache");
             tracing::info!(objects = ?cache.sizes(), "cache synced");
+            follow_watch_health(&state, &watch_health).await;
         }
     };
 
@@ -431,5 +434,29 @@ async fn check_readiness(
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
             _ = kicked => {}
         }
+    }
+}
+
+/// How long a watch may fail without a success before the replica turns unready: longer than an
+/// API server restart takes at the largest measured state (~2 min at L1, docs/scale.md), so a
+/// restart alone does not take every replica out at once; shorter than a cache worth trusting.
+pub const WATCH_FAILURE_BOUND: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Readiness after the first sync: unready (check `watches`) while a watch has failed for longer than
+/// [`WATCH_FAILURE_BOUND`], naming it; ready again at its next success.
+async fn follow_watch_health(state: &State, health: &crate::cache::watch::WatchHealth) {
+    const CHECK: &str = "watches";
+    loop {
+        match health.failing_for(WATCH_FAILURE_BOUND) {
+            Some((kind, failed, error)) => state.readiness.set_not_ready(
+                CHECK,
+                format!(
+                    "the {kind} watch has failed for {}s (its cache no longer follows the cluster): {error}",
+                    failed.as_secs()
+                ),
+            ),
+            None => state.readiness.set_ready(CHECK),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     }
 }
