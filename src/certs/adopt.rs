@@ -38,10 +38,17 @@ pub fn koordinator_ca(
         }
     };
     let key = KeyPair::try_from(pkcs8.as_slice())?;
+    // Only the first certificate, re-encoded: whatever else the Secret's file holds would otherwise
+    // become a trust anchor in every caBundle we publish, unchecked.
+    let first = authority::certificates(cert_pem.as_bytes())
+        .ok()
+        .and_then(|certs| certs.into_iter().next())
+        .ok_or_else(|| CertError::Ca("the CA certificate does not read as PEM".into()))?;
     let pair = PemPair {
-        cert_pem: cert_pem.to_owned(),
+        cert_pem: pem_certificate(&first),
         key_pem: key.serialize_pem(),
     };
+    let cert_pem = pair.cert_pem.as_str();
     let (from, until) = authority::validity(cert_pem.as_bytes())
         .map_err(|e| CertError::Ca(format!("the CA certificate: {e}")))?;
     if now < from || now >= until {
@@ -50,10 +57,28 @@ pub fn koordinator_ca(
     if !authority::is_ca(cert_pem.as_bytes()) {
         return Err(CertError::Ca("the certificate is not a CA".into()));
     }
+    if !authority::may_sign_certificates(cert_pem.as_bytes()) {
+        return Err(CertError::Ca(
+            "the CA certificate's key usage does not allow keyCertSign".into(),
+        ));
+    }
     if !authority::key_matches(pair.cert_pem.as_bytes(), &pair.key_pem) {
         return Err(CertError::Ca("the key is not the certificate's".into()));
     }
     Ok(pair)
+}
+
+/// A certificate as one PEM block, lines of 64 characters.
+fn pem_certificate(der: &[u8]) -> String {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in text.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
+    pem
 }
 
 /// PrivateKeyInfo { version 0, rsaEncryption with NULL parameters, the PKCS#1 key } (RFC 5208).
@@ -128,6 +153,38 @@ mod tests {
                 .to_string();
             assert!(error.contains(why), "{error}");
         }
+        // Only the first certificate of the file is kept: a second would become a trust anchor.
+        let appended = format!("{cert}{}", other.cert_pem);
+        let adopted = koordinator_ca(
+            &appended,
+            &fixture(KOORDINATOR_CA_KEY),
+            std::time::SystemTime::now(),
+        )
+        .unwrap();
+        assert_eq!(
+            authority::certificates(adopted.cert_pem.as_bytes())
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            authority::certificates(adopted.cert_pem.as_bytes()).unwrap(),
+            authority::certificates(cert.as_bytes()).unwrap()
+        );
+        // A CA certificate whose key usage leaves out keyCertSign may not sign.
+        let no_sign_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        let no_sign = params.self_signed(&no_sign_key).unwrap();
+        let error = koordinator_ca(
+            &no_sign.pem(),
+            &no_sign_key.serialize_pem(),
+            std::time::SystemTime::now(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("keyCertSign"), "{error}");
         // A serving certificate is not a CA.
         let serving =
             authority::issue_serving(&other, &["a".into()], Duration::from_secs(600)).unwrap();

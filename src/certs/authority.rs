@@ -95,6 +95,19 @@ pub fn is_ca(cert_pem: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
+/// Whether the first certificate's key usage allows signing certificates (keyCertSign); a
+/// certificate without the extension does not say so, and is refused.
+pub fn may_sign_certificates(cert_pem: &[u8]) -> bool {
+    first_certificate(cert_pem, |parsed| {
+        parsed
+            .key_usage()
+            .ok()
+            .flatten()
+            .is_some_and(|usage| usage.value.key_cert_sign())
+    })
+    .unwrap_or(false)
+}
+
 /// `read` applied to the first certificate of `cert_pem`; `None` when there is none that parses.
 fn first_certificate<T>(
     cert_pem: &[u8],

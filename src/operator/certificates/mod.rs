@@ -181,8 +181,17 @@ impl Issuer {
         let Some(name) = &self.policy.adopt_ca_secret else {
             return Ok(None);
         };
-        let Some(secret) = self.secrets().get_opt(name).await? else {
-            return Ok(None);
+        // A Secret that cannot be read (RBAC denies it, say) is a CA not adopted, said by the
+        // plan's Warning Event: our own CA is issued all the same.
+        let secret = match self.secrets().get_opt(name).await {
+            Ok(Some(secret)) => secret,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return Ok(Some(KoordinatorCa {
+                    secret: name.clone(),
+                    ca: Err(CertError::Ca(format!("cannot read the Secret: {e}"))),
+                }));
+            }
         };
         Ok(
             secrets::koordinator_ca_pem(&secret).map(|(cert, key)| KoordinatorCa {
