@@ -86,6 +86,18 @@ pub struct QuotaTopology {
     /// Parent -> sums over its children, kept as children come and go so that validating one quota
     /// costs the depth of the tree, not the number of its siblings.
     sums: BTreeMap<String, ChildSums>,
+    /// Quotas the cluster has that do not decode (the watch sets them aside): by name. Not part of
+    /// the tree: the rules refuse changes that would have to count them (`unreadable_near`).
+    unreadable: BTreeMap<String, UnreadableQuota>,
+}
+
+/// A quota that does not decode, as its metadata tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableQuota {
+    pub namespace: String,
+    /// Its parent label (empty when it has none).
+    pub parent: String,
+    pub error: String,
 }
 
 /// Running sums over the children of one parent, zeros dropped.
@@ -149,6 +161,7 @@ impl Default for QuotaTopology {
             children: BTreeMap::from([(ROOT_QUOTA.to_owned(), BTreeSet::new())]),
             namespaces: BTreeMap::new(),
             sums: BTreeMap::new(),
+            unreadable: BTreeMap::new(),
         }
     }
 }
@@ -173,6 +186,55 @@ impl QuotaTopology {
     pub fn remove(&mut self, name: &str) -> Option<QuotaInfo> {
         self.generation += 1;
         self.unlink(name)
+    }
+
+    /// Records quota `name` as not decoding (`Some`), or as decoding or gone again (`None`).
+    pub fn set_unreadable(&mut self, name: &str, unreadable: Option<UnreadableQuota>) {
+        if self.unreadable.get(name) == unreadable.as_ref() {
+            return;
+        }
+        // Copies (the overlay's) tell by the generation whether they still match.
+        self.generation += 1;
+        match unreadable {
+            Some(u) => {
+                self.unreadable.insert(name.to_owned(), u);
+            }
+            None => {
+                self.unreadable.remove(name);
+            }
+        }
+    }
+
+    /// Keeps only the unreadable quotas `keep` names (after a relist: the others are gone).
+    pub fn retain_unreadable(&mut self, keep: impl Fn(&str) -> bool) {
+        let before = self.unreadable.len();
+        self.unreadable.retain(|name, _| keep(name));
+        if self.unreadable.len() != before {
+            self.generation += 1;
+        }
+    }
+
+    /// An unreadable quota a change of `quota` under `parents` would have to count: one of the
+    /// parents itself, a sibling (a child of a parent) or a child of `quota`.
+    pub fn unreadable_near(
+        &self,
+        quota: &str,
+        parents: &[&str],
+    ) -> Option<(&str, &UnreadableQuota)> {
+        let parents: Vec<&str> = parents
+            .iter()
+            .copied()
+            .filter(|p| !p.is_empty() && *p != ROOT_QUOTA)
+            .collect();
+        self.unreadable
+            .iter()
+            .find(|(name, u)| {
+                name.as_str() != quota
+                    && (parents.contains(&name.as_str())
+                        || parents.contains(&u.parent.as_str())
+                        || u.parent == quota)
+            })
+            .map(|(name, u)| (name.as_str(), u))
     }
 
     /// Changes so far: equal generations of one topology and its copy mean equal contents.

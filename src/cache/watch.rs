@@ -252,7 +252,7 @@ pub async fn run<P>(
         pods,
         quota_topology,
     } = writer;
-    let quotas = follow_quotas(elastic_quotas, quota_topology);
+    let quotas = follow_quotas(elastic_quotas, quota_topology.clone());
     let failures = Failures {
         restarts: metrics.watch_restarts,
         health,
@@ -262,7 +262,10 @@ pub async fn run<P>(
     tokio::join!(
         drive(
             "elasticquota",
-            watch_lenient::<ElasticQuota>(client.clone(), aside("elasticquota")),
+            watch_lenient::<ElasticQuota>(
+                client.clone(),
+                aside("elasticquota").telling(quota_topology)
+            ),
             quotas,
             m()
         ),

@@ -696,3 +696,85 @@ fn a_child_created_just_after_its_parent_waits_for_the_parent() {
     let message = denied["response"]["status"]["message"].as_str().unwrap();
     assert!(message.contains("parent not exist"), "{denied}");
 }
+
+/// A quota that does not decode is set aside by the cache; the tree rules refuse the changes that
+/// would have to count it (a sibling's create, its parent's delete) instead of counting it as
+/// absent, and let through the rest.
+#[test]
+fn a_quota_that_does_not_decode_blocks_the_changes_that_would_count_it() {
+    use crate::admission::Admission;
+    use crate::admission::webhooks::VALIDATE_ELASTIC_QUOTA;
+    use crate::cache::quota_topology::UnreadableQuota;
+    use crate::cache::{CacheWriter, CachedObject, write_topology};
+    use crate::metrics::Metrics;
+
+    let mut writer = CacheWriter::default();
+    for quota in tree().1 {
+        writer.apply(CachedObject::ElasticQuota(quota));
+    }
+    writer.apply(CachedObject::ElasticQuota(eq(
+        "other",
+        json!({"is-parent": "true"}),
+        spec("8", "16"),
+    )));
+    write_topology(&writer.quota_topology).set_unreadable(
+        "broken",
+        Some(UnreadableQuota {
+            namespace: "ns".into(),
+            parent: "parent".into(),
+            error: "spec.min.cpu: quantities must match the regular expression".into(),
+        }),
+    );
+    let admission = Admission::new(writer.reader(), gates(), Metrics::new());
+    let review = |operation: &str, quota: ElasticQuota| {
+        let (object, old) = match operation {
+            "DELETE" => (Value::Null, serde_json::to_value(&quota).unwrap()),
+            _ => (serde_json::to_value(&quota).unwrap(), Value::Null),
+        };
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "operation": operation, "userInfo": {}, "namespace": "ns",
+                "name": quota.metadata.name,
+                "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
+                "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
+                "object": object, "oldObject": old
+            }
+        }))
+        .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = runtime
+            .block_on(admission.review(VALIDATE_ELASTIC_QUOTA, &body, None))
+            .unwrap();
+        serde_json::from_slice::<Value>(&out).unwrap()["response"].clone()
+    };
+    let sibling = eq(
+        "child-2",
+        json!({"parent": "parent", "tree-id": "t"}),
+        spec("1", "2"),
+    );
+    let refused = review("CREATE", sibling);
+    assert_eq!(refused["allowed"], false, "{refused}");
+    assert_eq!(refused["status"]["code"], 503);
+    let message = refused["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("ns/broken") && message.contains("does not decode"),
+        "{message}"
+    );
+    // Elsewhere in the cluster nothing changes.
+    let elsewhere = eq("child-3", json!({"parent": "other"}), spec("1", "2"));
+    let answer = review("CREATE", elsewhere);
+    assert_eq!(answer["allowed"], true, "{answer}");
+    // Once it decodes again (or is gone), the sibling is checked as before.
+    write_topology(&writer.quota_topology).set_unreadable("broken", None);
+    let sibling = eq(
+        "child-2",
+        json!({"parent": "parent", "tree-id": "t"}),
+        spec("1", "2"),
+    );
+    let answer = review("CREATE", sibling);
+    assert_eq!(answer["allowed"], true, "{answer}");
+}

@@ -109,6 +109,7 @@ fn check(ctx: &Ctx<'_, ElasticQuota>) -> Result<Accepted, Rejection> {
 
 fn check_in(ctx: &Ctx<'_, ElasticQuota>, topology: &QuotaTopology) -> Result<Accepted, Rejection> {
     let cache = ctx.cache;
+    refuse_near_unreadable(ctx, topology)?;
     Ok(match ctx.operation() {
         Operation::Create => {
             let quota = ctx
@@ -140,4 +141,33 @@ fn check_in(ctx: &Ctx<'_, ElasticQuota>, topology: &QuotaTopology) -> Result<Acc
         }
         Operation::Connect => Accepted::Nothing,
     })
+}
+
+/// A quota in the cluster that does not decode is set aside by the cache; a change whose rules
+/// would count it (its parent, sibling or child) is refused until it is fixed or deleted, rather than
+/// checked as if it were absent.
+fn refuse_near_unreadable(
+    ctx: &Ctx<'_, ElasticQuota>,
+    topology: &QuotaTopology,
+) -> Result<(), Rejection> {
+    let infos: Vec<QuotaInfo> = [ctx.object(), ctx.old_object()]
+        .into_iter()
+        .flatten()
+        .map(QuotaInfo::from_quota)
+        .collect();
+    let Some(name) = infos.first().map(|i| i.name.as_str()) else {
+        return Ok(());
+    };
+    let parents: Vec<&str> = infos.iter().map(|i| i.parent.as_str()).collect();
+    match topology.unreadable_near(name, &parents) {
+        None => Ok(()),
+        Some((other, u)) => Err(Rejection {
+            code: 503,
+            message: format!(
+                "ElasticQuota {}/{other}, which the tree rules must count for this change, does not \
+                 decode ({}); fix or delete it first",
+                u.namespace, u.error
+            ),
+        }),
+    }
 }
