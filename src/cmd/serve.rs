@@ -134,9 +134,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .as_ref()
             .filter(|_| args.operator.entries.narrow_calls)
             .map(|(client, _)| {
-                Arc::new(KubePodReachGuard {
-                    client: client.clone(),
-                }) as Arc<dyn PodReachGuard>
+                Arc::new(KubePodReachGuard::new(
+                    client.clone(),
+                    args.operator.narrow_hold / 4,
+                )) as Arc<dyn PodReachGuard>
             }),
         dice: None,
     };

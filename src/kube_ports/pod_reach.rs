@@ -27,6 +27,37 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct KubePodReachGuard {
     pub client: Client,
+    /// An entry this replica found (or made) covering a reach this recently is taken as covering
+    /// it still, and an entry stamped this recently is not stamped again: an admission writes the
+    /// configuration at most once per this long per entry, however many reviews (a forged profile
+    /// review every millisecond included) ask for it. A quarter of the narrowing hold, so the hold
+    /// is renewed well before it runs out.
+    pub fresh_for: Duration,
+    recent: std::sync::Mutex<Vec<(PodEntry, tokio::time::Instant, Reach)>>,
+}
+
+impl KubePodReachGuard {
+    pub fn new(client: Client, fresh_for: Duration) -> Self {
+        Self {
+            client,
+            fresh_for,
+            recent: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Whether this replica covered `needed` on `entry` less than `fresh_for` ago.
+    fn covered_recently(&self, entry: PodEntry, needed: &Reach) -> bool {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.iter().any(|(e, at, reach)| {
+            *e == entry && at.elapsed() < self.fresh_for && reach.covers(needed)
+        })
+    }
+
+    fn remember(&self, entry: PodEntry, reach: &Reach) {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.retain(|(e, at, _)| *e != entry && at.elapsed() < self.fresh_for);
+        recent.push((entry, tokio::time::Instant::now(), reach.clone()));
+    }
 }
 
 async fn timed<T>(
@@ -85,7 +116,15 @@ impl PodReachGuard for KubePodReachGuard {
         entry: PodEntry,
         needed: &'a Reach,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.cover_unless_fresh(entry, needed, None))
+        Box::pin(async move {
+            if self.covered_recently(entry, needed) {
+                return Ok(());
+            }
+            self.cover_unless_fresh(entry, needed, Some(self.fresh_for))
+                .await?;
+            self.remember(entry, needed);
+            Ok(())
+        })
     }
 }
 
@@ -132,5 +171,40 @@ impl KubePodReachGuard {
             }
         }
         Err(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scripted_api::{self, Step};
+    use hyper::http::Method;
+
+    const PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/koordinator-mutating-webhook-configuration";
+
+    /// Reviews that ask for what this replica covered a moment ago cost no call to the API server:
+    /// a burst of forged profile reviews no longer reads (and stamps) the configuration each time.
+    #[tokio::test]
+    async fn a_reach_covered_a_moment_ago_is_not_read_or_written_again() {
+        let (client, server) = scripted_api::client(vec![
+            Step::not_found(Method::GET, PATH),
+            Step::not_found(Method::GET, PATH),
+        ]);
+        let guard = KubePodReachGuard::new(client, Duration::from_secs(30));
+        let some = Reach::Only(["ns-a".to_owned()].into());
+        for _ in 0..100 {
+            guard.cover(PodEntry::Create, &some).await.unwrap();
+        }
+        // A wider reach than the one covered is checked again.
+        guard.cover(PodEntry::Create, &Reach::Every).await.unwrap();
+        guard.cover(PodEntry::Create, &some).await.unwrap();
+        drop(guard);
+        let seen = server.await.unwrap();
+        assert_eq!(
+            seen.len(),
+            2,
+            "{:?}",
+            seen.iter().map(|s| &s.path_and_query).collect::<Vec<_>>()
+        );
     }
 }

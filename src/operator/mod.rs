@@ -211,7 +211,8 @@ async fn keep_pod_entries_wide_for_gates(
     if !config.desired.target.policy.narrow_calls || entries.is_empty() {
         return;
     }
-    let guard = crate::kube_ports::pod_reach::KubePodReachGuard { client };
+    let guard =
+        crate::kube_ports::pod_reach::KubePodReachGuard::new(client, config.narrow_hold / 4);
     const CHECK: &str = "pod-entries";
     state.readiness.set_not_ready(
         CHECK,
