@@ -171,8 +171,7 @@ impl QuotaEvaluation {
         let used = self
             .evaluator
             .evaluate(&quota, admission, store, ctx.request.dry_run)
-            .await
-            .map_err(Rejection::invalid)?;
+            .await?;
         ctx.annotate(AUDIT_CHILD_REQUEST, used);
         Ok(())
     }

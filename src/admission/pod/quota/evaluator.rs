@@ -5,6 +5,7 @@
 //! queue against one read of the quota and records it with one write (retried on conflict), so a
 //! burst costs a few writes and can never admit more than the limit allows.
 
+use crate::admission::outcome::Rejection;
 use crate::apis::meta::annotation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -187,7 +188,7 @@ struct Pending {
     usage: Resources,
     /// `namespace/name` of the pod, for the recent-admissions record.
     pod: String,
-    reply: oneshot::Sender<Result<String, String>>,
+    reply: oneshot::Sender<Result<String, Rejection>>,
 }
 
 #[derive(Default)]
@@ -206,23 +207,29 @@ pub struct Evaluator {
 
 impl Evaluator {
     /// Evaluates one pod's usage against `quota` (as the cache has it). Returns the child-request JSON
-    /// written, or the rejection message. A dry run is checked but neither queued nor written.
+    /// written, or the rejection: 400 for a quota the pod does not fit, 500 when the API server could
+    /// not be read or written, 429 when too many pods wait. A dry run is checked but neither queued
+    /// nor written; when the API server cannot be read it is checked against the cache's quota (it
+    /// charges nothing, and the API server restarting is no reason to refuse it).
     pub async fn evaluate(
         self: &Arc<Self>,
         quota: &ElasticQuota,
         admission: Admission,
         store: Option<Arc<dyn QuotaStore>>,
         dry_run: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, Rejection> {
         let Admission { usage, pod, window } = admission;
         let key = (
             quota.metadata.namespace.clone().unwrap_or_default(),
             quota.metadata.name.clone().unwrap_or_default(),
         );
         if dry_run {
-            let current = self.latest(&key, quota, store.as_deref()).await?;
-            let mut account = ChildRequests::read(&current)?;
-            account.admit(&usage)?;
+            let current = self
+                .latest(&key, quota, store.as_deref())
+                .await
+                .unwrap_or_else(|_| quota.clone());
+            let mut account = ChildRequests::read(&current).map_err(Rejection::invalid)?;
+            account.admit(&usage).map_err(Rejection::invalid)?;
             return Ok(account.used_json());
         }
         let (reply, answer) = oneshot::channel();
@@ -230,10 +237,13 @@ impl Evaluator {
             let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
             let queue = queues.entry(key.clone()).or_default();
             if queue.pending.len() >= MAX_QUEUED_PER_QUOTA {
-                return Err(format!(
-                    "too many pods are waiting for elastic quota {}/{} to be evaluated; retry",
-                    key.0, key.1
-                ));
+                return Err(Rejection {
+                    code: 429,
+                    message: format!(
+                        "too many pods are waiting for elastic quota {}/{} to be evaluated; retry",
+                        key.0, key.1
+                    ),
+                });
             }
             queue.pending.push(Pending { usage, pod, reply });
             !std::mem::replace(&mut queue.running, true)
@@ -242,9 +252,11 @@ impl Evaluator {
             let (evaluator, initial) = (self.clone(), quota.clone());
             tokio::spawn(async move { evaluator.drain(key, initial, store, window).await });
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err("elastic quota evaluation was interrupted".to_owned()))
+        answer.await.unwrap_or_else(|_| {
+            Err(Rejection::internal(
+                "elastic quota evaluation was interrupted",
+            ))
+        })
     }
 
     async fn latest(
@@ -304,19 +316,21 @@ impl Evaluator {
         store: Option<&dyn QuotaStore>,
         batch: &[Pending],
         window: std::time::Duration,
-    ) -> Vec<Result<String, String>> {
-        let all = |message: String| batch.iter().map(|_| Err(message.clone())).collect();
+    ) -> Vec<Result<String, Rejection>> {
+        let all = |rejection: Rejection| batch.iter().map(|_| Err(rejection.clone())).collect();
         for attempt in 1..=MAX_WRITE_ATTEMPTS {
             let quota = match self.latest(key, cached, store).await {
                 Ok(quota) => quota,
-                Err(e) => return all(e),
+                Err(e) => return all(Rejection::internal(e)),
             };
             let mut account = match ChildRequests::read(&quota) {
                 Ok(account) => account,
-                Err(e) => return all(e),
+                Err(e) => return all(Rejection::invalid(e)),
             };
-            let verdicts: Vec<Result<(), String>> =
-                batch.iter().map(|p| account.admit(&p.usage)).collect();
+            let verdicts: Vec<Result<(), Rejection>> = batch
+                .iter()
+                .map(|p| account.admit(&p.usage).map_err(Rejection::invalid))
+                .collect();
             if verdicts.iter().all(Result::is_err) {
                 return verdicts
                     .into_iter()
@@ -368,16 +382,18 @@ impl Evaluator {
                     continue;
                 }
                 Err(e) => {
-                    let message =
-                        format!("failed to update elastic quota {}/{}: {e}", key.0, key.1);
+                    let failed = Rejection::internal(format!(
+                        "failed to update elastic quota {}/{}: {e}",
+                        key.0, key.1
+                    ));
                     return verdicts
                         .into_iter()
-                        .map(|v| v.and(Err(message.clone())))
+                        .map(|v| v.and(Err(failed.clone())))
                         .collect();
                 }
             }
         }
-        all("elastic quota evaluation gave up".to_owned())
+        all(Rejection::internal("elastic quota evaluation gave up"))
     }
 }
 
@@ -496,6 +512,24 @@ mod tests {
         }
     }
 
+    /// A dry run through a replica whose API server is away (restarting) is checked against the
+    /// cache's quota: it charges nothing, and was once refused with the connection error (code 400).
+    #[tokio::test(start_paused = true)]
+    async fn a_dry_run_is_checked_against_the_cache_when_the_api_server_is_away() {
+        let evaluator = Arc::new(Evaluator::default());
+        let cached = quota(json!({CHILD_REQUEST: r#"{"cpu":"6"}"#}));
+        let store: Arc<dyn QuotaStore> = Arc::new(Hung);
+        let fits = evaluator
+            .evaluate(&cached, admission(cpu("3")), Some(store.clone()), true)
+            .await;
+        assert_eq!(fits, Ok(r#"{"cpu":"9"}"#.to_owned()));
+        let over = evaluator
+            .evaluate(&cached, admission(cpu("5")), Some(store), true)
+            .await
+            .unwrap_err();
+        assert_eq!(over.code, 400, "{over:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_hung_api_server_times_out_and_the_queue_is_bounded() {
         let evaluator = Arc::new(Evaluator::default());
@@ -515,10 +549,15 @@ mod tests {
         for task in waiting {
             // Every pod gets an answer: the queue's maximum refuses at once, the rest time out.
             let error = task.await.unwrap().unwrap_err();
-            if error.contains("too many pods are waiting") {
+            if error.message.contains("too many pods are waiting") {
+                assert_eq!(error.code, 429);
                 refused += 1;
             } else {
-                assert!(error.contains("did not answer within"), "{error}");
+                assert!(error.message.contains("did not answer within"), "{error:?}");
+                assert_eq!(
+                    error.code, 500,
+                    "the API server's failure is no broken rule"
+                );
                 timed_out += 1;
             }
         }
@@ -595,9 +634,11 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            err.starts_with("failed to update elastic quota team/q"),
-            "{err}"
+            err.message
+                .starts_with("failed to update elastic quota team/q"),
+            "{err:?}"
         );
+        assert_eq!(err.code, 500);
         assert_eq!(
             store
                 .current("team", "q")
