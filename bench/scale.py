@@ -563,6 +563,66 @@ def pod_burst(apis, tag, count=1000, rate=200, clients=32):
             "conflicts": len(conflicts), "examples": refused[:5]}
 
 
+def review_body(kind, tree=0):
+    """An AdmissionReview as the API server sends it: a plain pod CREATE for /validate-pod, a dry-run
+    child quota CREATE under parent-`tree` for /validate-elastic-quota (checked against the tree,
+    never written)."""
+    if kind == "pod":
+        obj = pod(20_000_000, SIZES["S"], ["none"])
+        obj["metadata"]["labels"].pop("quota.scheduling.koordinator.sh/name", None)
+        resource, group, version, k = "pods", "", "v1", "Pod"
+    else:
+        obj = quota(tree, 0, SIZES["L1"])
+        obj["metadata"]["name"] = "latency-probe"
+        resource, group, version, k = "elasticquotas", "scheduling.sigs.k8s.io", "v1alpha1", "ElasticQuota"
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "00000000-0000-0000-0000-000000000001", "operation": "CREATE", "dryRun": True,
+        "kind": {"group": group, "version": version, "kind": k},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "namespace": obj["metadata"]["namespace"], "name": obj["metadata"]["name"],
+        "userInfo": {"username": "bench"}, "object": obj}}).encode()
+
+
+def review_latency(replica, n=2000):
+    """p50/p99 (ms) of `n` reviews each to /validate-pod and /validate-elastic-quota, sent one at a
+    time over one keep-alive connection to `replica` (after 200 unmeasured)."""
+    ctx = ssl._create_unverified_context()
+    out = {}
+    for name, path, kind in (("validate-pod", "/validate-pod", "pod"),
+                             ("validate-elastic-quota", "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota",
+                              "quota")):
+        body = review_body(kind)
+        conn = http.client.HTTPSConnection(replica.addr, replica.port, context=ctx, timeout=10)
+        times = []
+        for i in range(n + 200):
+            t = time.perf_counter()
+            conn.request("POST", path + "?timeout=10s", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            if i >= 200:
+                times.append((time.perf_counter() - t) * 1000)
+            if r.status != 200:
+                raise RuntimeError(f"{path}: HTTP {r.status}")
+        conn.close()
+        times.sort()
+        out[name] = {"p50_ms": times[len(times) // 2], "p99_ms": times[int(len(times) * 0.99)]}
+    return out
+
+
+def empty_latency(koord, kubeconfig, workdir):
+    """Review latency of a replica on the empty state (before loading): the baseline the loaded
+    state's latency is compared with."""
+    replica = Replica(koord, kubeconfig, 0, workdir, [], free_port())
+    try:
+        wait(lambda: replica.running() and replica.ready(), 120, "the replica ready on the empty state")
+        return review_latency(replica)
+    finally:
+        replica.stop()
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "delete", kind, "--all"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def admissions(metrics):
     """Reviews a replica answered, from its metrics."""
     total = 0
@@ -606,6 +666,11 @@ def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdi
         started = time.time()
         wait(lambda: all(r.running() and r.ready() for r in replicas), 600, "both replicas ready")
         result["ready_s"] = time.time() - started
+        # Review latency at this state, before the admission load starts (the empty-state figure
+        # has none either; node heartbeats go on).
+        time.sleep(10)
+        result["latency"] = review_latency(replicas[1])
+        log(f"{name}: review latency at this state: {result['latency']}")
         # The admission load runs from here on, so the steady figure holds what serving it costs
         # (connections, buffers, quota evaluation) and the peaks differ from it by the relists.
         dry = DryRuns(api, quotas, size)
@@ -758,6 +823,17 @@ def table(size_name, size, results):
             f"{', '.join(f'{p / MIB:.0f} ({p / steady:.2f}x)' for p in peaks)} MiB | "
             f"{', '.join(f'{a / MIB:.0f}' for a in afters)} MiB | "
             f"{', '.join(f'{t:.1f}' for t in readies)} s | {r['load']['refused']} / {r['load']['sent']} |")
+    timed = [r for r in results if r.get("latency")]
+    if timed:
+        lines += ["", "| build | endpoint | p50 / p99 at this state | p50 / p99 empty | p99 ratio |",
+                  "| --- | --- | ---: | ---: | ---: |"]
+        for r in timed:
+            for endpoint, at in r["latency"].items():
+                empty = (r.get("latency_empty") or {}).get(endpoint)
+                ratio = f"{at['p99_ms'] / empty['p99_ms']:.2f}x" if empty else "-"
+                shown = f"{empty['p50_ms']:.2f} / {empty['p99_ms']:.2f} ms" if empty else "-"
+                lines.append(f"| {r['build']} | {endpoint} | {at['p50_ms']:.2f} / {at['p99_ms']:.2f} ms | "
+                             f"{shown} | {ratio} |")
     written = [r for r in results if "quota_creates" in r]
     if written:
         lines += ["", "| build | quota creates/s (32 clients, every tree) | p50 / p99 per create | 429s answered | "
@@ -802,6 +878,7 @@ def main():
     api = Api(cp_dir, server)
     results = []
     empty_api, load_s = None, None
+    empty_latencies = {}
     try:
         if args.reuse:
             quotas = [f"child-{t:03d}-{c:02d}" for t in range(size["trees"]) for c in range(size["children"])]
@@ -815,6 +892,10 @@ def main():
             api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                               "metadata": {"name": "koordinator-system"}})
             empty_api = rss(pid_of_apiserver(cp_dir))
+            for spec in args.koord:
+                name, path = spec.split("=", 1)
+                empty_latencies[name] = empty_latency(path, kubeconfig, workdir)
+                log(f"{name}: review latency on the empty state: {empty_latencies[name]}")
             t = time.time()
             quotas = load(api, size)
             load_s = time.time() - t
@@ -845,6 +926,8 @@ def main():
     finally:
         if not args.keep:
             subprocess.run([CP, "down", cp_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for r in results:
+        r["latency_empty"] = empty_latencies.get(r["build"])
     report = {"size": args.size, "objects": size, "load_s": load_s, "apiserver_rss_empty": empty_api,
               "results": [{k: v for k, v in r.items() if k != "metrics"} for r in results]}
     os.makedirs(OUT, exist_ok=True)
