@@ -242,30 +242,33 @@ struct JsonShape {
 
 impl JsonShape {
     /// Outside strings, each `[` and `{` is a value and so is each run of the characters numbers and
-    /// literals are made of; inside, only an unescaped quote ends the string. Malformed text is
-    /// counted all the same (the decoder refuses it after).
+    /// literals are made of; a string is skipped to its closing quote with `memchr` (most of a
+    /// review's bytes are in strings: a byte-by-byte walk cost a sixth of a small review's time).
+    /// Malformed text is counted all the same (the decoder refuses it after).
     fn of(body: &[u8]) -> Self {
         let mut shape = Self::default();
-        let (mut in_string, mut escaped, mut in_scalar) = (false, false, false);
-        for &b in body {
-            if in_string {
-                match (escaped, b) {
-                    (true, _) => escaped = false,
-                    (false, b'\\') => escaped = true,
-                    (false, b'"') => in_string = false,
-                    _ => {}
+        let (mut i, mut in_scalar) = (0, false);
+        while let Some(&b) = body.get(i) {
+            i += 1;
+            if b == b'"' {
+                shape.strings += 1;
+                in_scalar = false;
+                // To the closing quote, stepping over escapes (`\"`, `\\`, `\u....`).
+                loop {
+                    match memchr::memchr2(b'"', b'\\', body.get(i..).unwrap_or_default()) {
+                        None => return shape,
+                        Some(k) if body[i + k] == b'\\' => i += k + 2,
+                        Some(k) => {
+                            i += k + 1;
+                            break;
+                        }
+                    }
                 }
                 continue;
             }
             let scalar = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.');
-            match b {
-                b'"' => {
-                    in_string = true;
-                    shape.strings += 1;
-                }
-                b'[' | b'{' => shape.others += 1,
-                _ if scalar && !in_scalar => shape.others += 1,
-                _ => {}
+            if matches!(b, b'[' | b'{') || (scalar && !in_scalar) {
+                shape.others += 1;
             }
             in_scalar = scalar;
         }
