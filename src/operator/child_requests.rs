@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 
@@ -90,7 +91,13 @@ impl Recount {
             }
             match tokio::time::timeout(Duration::from_secs(60), self.pass()).await {
                 Ok(Ok(pass)) if !pass.corrected.is_empty() => {
-                    tracing::info!(quotas = ?pass.corrected, "child-request recounted from the pods")
+                    let shown = &pass.corrected[..pass.corrected.len().min(LOGGED_NAMES)];
+                    tracing::info!(
+                        corrected = pass.corrected.len(),
+                        quotas = ?shown,
+                        left_busy = pass.left_busy,
+                        "child-request recounted from the pods"
+                    )
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "child-request recount failed"),
@@ -122,6 +129,9 @@ impl Recount {
             evaluated_quota(label, namespace, &self.cache, &self.gates)
         });
         let now = jiff::Timestamp::now().as_second();
+        // What to write, then the writes several at a time: at L1 a first pass can correct 9,900
+        // quotas, which one after the other took 51 s of the pass's 60.
+        let mut writes = Vec::new();
         for cached in quotas.iter().filter(unique) {
             let Some(account) = limiting(cached) else {
                 continue;
@@ -142,28 +152,48 @@ impl Recount {
                     RECENT: recent::to_json(&target.recent),
                 },
             }});
-            if self.leadership.check().is_err() {
-                return Ok(pass);
-            }
-            let api: Api<ElasticQuota> = Api::namespaced(
-                self.client.clone(),
-                cached.metadata.namespace.as_deref().unwrap_or_default(),
-            );
-            // The cached resourceVersion: a write by evaluation since the cache saw it conflicts.
-            let params = PatchParams {
-                field_manager: Some(crate::names::FIELD_MANAGER.to_owned()),
-                ..Default::default()
-            };
-            match api.patch(&name, &params, &Patch::Merge(&patch)).await {
-                Ok(_) if recorded != target.used => pass.corrected.push(name),
+            let namespace = cached.metadata.namespace.clone().unwrap_or_default();
+            writes.push((namespace, name, patch, recorded != target.used));
+        }
+        drop(counted);
+        let written: Vec<_> = futures::stream::iter(writes)
+            .map(|(namespace, name, patch, corrects)| async move {
+                if self.leadership.check().is_err() {
+                    return (name, corrects, Ok(false));
+                }
+                let api: Api<ElasticQuota> = Api::namespaced(self.client.clone(), &namespace);
+                // The cached resourceVersion: a write by evaluation since the cache saw it conflicts.
+                let params = PatchParams {
+                    field_manager: Some(crate::names::FIELD_MANAGER.to_owned()),
+                    ..Default::default()
+                };
+                let result = api.patch(&name, &params, &Patch::Merge(&patch)).await;
+                (name, corrects, result.map(|_| true))
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut failed = None;
+        for (name, corrects, result) in written {
+            match result {
+                Ok(true) if corrects => pass.corrected.push(name),
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => pass.left_busy += 1,
-                Err(e) => return Err(e),
+                Err(e) => failed = failed.or(Some(e)),
             }
         }
-        Ok(pass)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(pass),
+        }
     }
 }
+
+/// Recount writes in flight at once.
+const WRITES_IN_FLIGHT: usize = 8;
+
+/// Quota names a log line lists at most (a first pass at L1 corrects thousands).
+const LOGGED_NAMES: usize = 10;
 
 #[cfg(test)]
 mod tests {
