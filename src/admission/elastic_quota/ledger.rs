@@ -14,6 +14,10 @@
 //!    read. Two replicas that both passed step 2 cannot both win step 3: the loser reads again and,
 //!    if they share a key, checks against a cache that now holds the winner's change.
 //!
+//! Step 3 is batched per replica ([`Ledger`]: one write for every queued change with keys of its
+//! own, from the record this replica last wrote), and after a lost write a change checks again only
+//! if one of its keys moved (`still_valid`).
+//!
 //! The keys ([`keys_of`]) are what a change can meet: the tree of each quota it touches (old and new
 //! parent: the top-most ancestor under the root quota, by the cache) and each namespace it binds.
 //! Changes in different trees never wait for each other, so a change the API server never stores
