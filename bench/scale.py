@@ -238,6 +238,10 @@ def load(api, size):
     return names
 
 
+# Set while review latency is measured: the empty state it is compared with has no heartbeats.
+HEARTBEATS_PAUSED = threading.Event()
+
+
 class Heartbeats(threading.Thread):
     """Node status patches at a steady rate (a kubelet's every 10 s would be 500/s at 5,000 nodes:
     bounded here to what this machine serves beside everything else)."""
@@ -249,6 +253,8 @@ class Heartbeats(threading.Thread):
     def run(self):
         i = 0
         while not self.stop.wait(1.0 / self.rate):
+            if HEARTBEATS_PAUSED.is_set():
+                continue
             n = i % self.nodes
             try:
                 self.api.call("PATCH", f"/api/v1/nodes/node-{n:05d}/status", node_status(n, time.time()),
@@ -674,10 +680,14 @@ def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdi
         wait(lambda: any("child-request recounted" in open(r.log.name).read() for r in replicas)
              or time.time() - recounted > 120, 130, "the first recount")
         result["first_recount_s"] = time.time() - recounted
+        # Review latency at this state, before the admission load starts and with the node
+        # heartbeats paused (the empty state has neither).
+        HEARTBEATS_PAUSED.set()
         time.sleep(5)
-        # Review latency at this state, before the admission load starts (the empty-state figure
-        # has none either; node heartbeats go on).
-        result["latency"] = review_latency(replicas[1])
+        try:
+            result["latency"] = review_latency(replicas[1])
+        finally:
+            HEARTBEATS_PAUSED.clear()
         log(f"{name}: review latency at this state: {result['latency']}")
         # The admission load runs from here on, so the steady figure holds what serving it costs
         # (connections, buffers, quota evaluation) and the peaks differ from it by the relists.
