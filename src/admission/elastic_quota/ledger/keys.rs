@@ -1,0 +1,112 @@
+//! What a change is, as the ledger records it, what it can meet (its keys), and when the cache
+//! shows it.
+
+use std::collections::BTreeSet;
+
+use kube::core::admission::Operation;
+
+use crate::admission::ports::{ChangeKind, PendingChange};
+use crate::apis::ElasticQuota;
+use crate::apis::keys::ROOT_QUOTA;
+use crate::cache::Cache;
+use crate::cache::quota_topology::{QuotaInfo, QuotaTopology};
+
+/// What a change can meet, as ledger keys: the tree of each quota it touches, before and after
+/// (`t.<top-most ancestor under the root>`, by the cache's topology), and each namespace it binds
+/// before and after (`n.<namespace>`). A name a ConfigMap key cannot hold (too long, or with other
+/// characters than `-._a-zA-Z0-9`: only a forged or hand-written annotation has one) is keyed by
+/// its digest instead (`t-`, `n-`), so every change can be recorded.
+pub fn keys_of(
+    topology: &QuotaTopology,
+    object: Option<&ElasticQuota>,
+    old: Option<&ElasticQuota>,
+) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    let infos = [object, old]
+        .into_iter()
+        .flatten()
+        .map(QuotaInfo::from_quota)
+        .collect::<Vec<_>>();
+    let stored = infos.first().and_then(|i| topology.get(&i.name)).cloned();
+    for info in infos.iter().chain(stored.as_ref()) {
+        keys.insert(key("t", tree_of(topology, &info.name, &info.parent)));
+        for namespace in &info.namespaces {
+            keys.insert(key("n", namespace));
+        }
+    }
+    keys
+}
+
+/// The ledger key of `name` under `prefix` (`t` or `n`).
+pub(super) fn key(prefix: &str, name: &str) -> String {
+    let fits = !name.is_empty()
+        && name.len() <= 250
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if fits {
+        format!("{prefix}.{name}")
+    } else {
+        let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+        let hex: String = digest.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{prefix}-{hex}")
+    }
+}
+
+/// The top-most quota under the root above `name` whose parent is `parent` (itself for a quota
+/// directly under the root; an unknown ancestor ends the walk).
+fn tree_of<'a>(topology: &'a QuotaTopology, name: &'a str, parent: &'a str) -> &'a str {
+    let (mut top, mut next) = (name, parent);
+    // At most one step per quota: a cycle in a stale cache ends the walk too.
+    for _ in 0..=topology.len() {
+        if next.is_empty() || next == ROOT_QUOTA {
+            break;
+        }
+        top = next;
+        next = topology.get(next).map_or("", |i| i.parent.as_str());
+    }
+    top
+}
+
+/// The change a request makes, as the ledger records it; `None` for what changes nothing.
+pub fn change_of(
+    uid: &str,
+    operation: &Operation,
+    object: Option<&ElasticQuota>,
+    old: Option<&ElasticQuota>,
+) -> Option<PendingChange> {
+    let (kind, quota) = match operation {
+        Operation::Create => (ChangeKind::Create, object?),
+        Operation::Update => (ChangeKind::Update, old.or(object)?),
+        Operation::Delete => (ChangeKind::Delete, old?),
+        Operation::Connect => return None,
+    };
+    Some(PendingChange {
+        id: uid.to_owned(),
+        namespace: quota.metadata.namespace.clone().unwrap_or_default(),
+        name: quota.metadata.name.clone().unwrap_or_default(),
+        operation: kind,
+        resource_version: match kind {
+            ChangeKind::Update => quota.metadata.resource_version.clone(),
+            _ => None,
+        },
+        at: 0,
+    })
+}
+
+/// Whether `change` has reached the cache: created, updated past the version it changed, or gone.
+pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
+    let current = cache
+        .elastic_quotas
+        .get(Some(&change.namespace), &change.name);
+    match change.operation {
+        ChangeKind::Create => current.is_some(),
+        ChangeKind::Update => {
+            current.is_none_or(|q| q.metadata.resource_version != change.resource_version)
+        }
+        ChangeKind::Delete => current.is_none_or(|q| q.metadata.deletion_timestamp.is_some()),
+    }
+}

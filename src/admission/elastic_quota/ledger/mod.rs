@@ -1,0 +1,458 @@
+//! ElasticQuota changes that can meet admitted one at a time, across every replica.
+//!
+//! Each replica checks the tree rules against its own cache, so two sibling creates that land on two
+//! replicas would both pass the min-sum check. The ledger serialises them through the API server, the
+//! way the API server's own ResourceQuota admission serialises on the quota object's
+//! resourceVersion: one shared record (a ConfigMap in cluster mode) names, per key, the last admitted
+//! change, and a replica may admit the next one only
+//! 1. once the last change of each of its keys is visible in its own cache (the watch has delivered
+//!    it, and with it every change before it), or has been pending so long ([`PENDING_TIMEOUT`], on
+//!    this replica's clock) that it will not happen (denied by a later admission step, its request
+//!    timed out, or a review forged by a caller that is not the API server);
+//! 2. after checking the rules against that cache; and
+//! 3. by writing itself as the last change of its keys, conditional on the record's version it
+//!    read. Two replicas that both passed step 2 cannot both win step 3: the loser reads again and,
+//!    if they share a key, checks against a cache that now holds the winner's change.
+//!
+//! Step 3 is batched per replica ([`Ledger`]: one write for every queued change with keys of its
+//! own, from the record this replica last wrote), and after a lost write a change checks again only
+//! if one of its keys moved (`still_valid`).
+//!
+//! The keys ([`keys_of`]) are what a change can meet: the tree of each quota it touches (old and new
+//! parent: the top-most ancestor under the root quota, by the cache) and each namespace it binds.
+//! Changes in different trees never wait for each other, so a change the API server never stores
+//! (a forged review) holds up only the trees it names, for [`PENDING_TIMEOUT`]. Before, one record
+//! held every quota change in the cluster behind it: one forged review every ~10 s kept every quota
+//! change answering 429.
+//!
+//! A request that waits longer than [`MAX_WAIT`] gets a retryable denial (429), never a wrong
+//! admission. Dry runs change nothing and skip the ledger.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::admission::outcome::Rejection;
+use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange, StoreError};
+use crate::cache::Cache;
+
+mod keys;
+mod record;
+#[cfg(test)]
+mod tests;
+
+pub use keys::{change_of, keys_of, visible};
+use record::{next_record, seen_of, waited_for};
+
+/// After this long (on the local clock, from when this replica first saw it) a change still not in
+/// the cache is taken as not happening. Longer than the API server's webhook timeout (10 s).
+pub const PENDING_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest a request waits for the changes before it; then a retryable denial.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+/// How often a waiting request looks at its cache again.
+pub const POLL: Duration = Duration::from_millis(10);
+/// The record's key replicas read before keyed ledgers: still written (the newest change), and
+/// waited for when a replica of such a version wrote it (its change is under no other key).
+pub const WHOLE_RECORD: &str = "last-change";
+/// Entries the record keeps at most (the oldest go first); entries older than twice
+/// [`PENDING_TIMEOUT`] go in any case: nobody waits for them any more.
+pub const MAX_ENTRIES: usize = 256;
+/// Keys one write records at most, and one change may have: a batch leaves room in the record
+/// for what others wait for.
+pub const BATCH_KEYS: usize = MAX_ENTRIES / 2;
+/// Entries the record may grow to when more than [`MAX_ENTRIES`] are still young and not yet seen
+/// here: none of those is dropped (another replica may still have to wait for it); beyond this
+/// changes are refused (429) until they have been seen (~200 KiB, within a ConfigMap's 1 MiB).
+pub const HARD_MAX_ENTRIES: usize = MAX_ENTRIES * 4;
+/// An entry this replica's cache shows may leave a full record once it is this old (seconds): the
+/// other replicas' watches have had the time to deliver it too.
+const SEEN_GRACE_SECONDS: i64 = 2;
+/// Writes whose keys a replica remembers (see [`Known::recent`]).
+const RECENT_WRITES: usize = 64;
+/// Conflicting writes one flush tries before it lets its changes check again.
+const FLUSH_ATTEMPTS: usize = 4;
+
+/// The ledger as admission uses it: the store, the record as this replica last read or wrote it,
+/// the changes waiting for the next write, and when this replica first saw each change.
+///
+/// Checked changes are written in batches (group commit): a request that has checked its change
+/// queues it and starts a flush; a flush takes the writer lock and writes every queued change
+/// whose keys no other change of the batch has, in one conditional write. So the record's one
+/// ConfigMap takes one write per batch, not one read and one write per change, and a replica's
+/// concurrent admissions in different trees never conflict with each other.
+pub struct Ledger {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn LedgerStore>,
+    /// Change id -> when this replica first saw it as someone's last change.
+    seen: Mutex<HashMap<String, Instant>>,
+    /// Timeout of each call to the store.
+    call_timeout: Duration,
+    /// Checked changes waiting for the next flush.
+    queue: Mutex<Vec<Queued>>,
+    /// The record as this replica knows it; held by the flush that writes.
+    known: tokio::sync::Mutex<Known>,
+}
+
+/// The record as this replica last read or wrote it.
+#[derive(Default)]
+struct Known {
+    record: Option<Arc<LedgerRecord>>,
+    /// Counts reads from the store: within one epoch every change to the record was this replica's.
+    epoch: u64,
+    /// This replica's writes in this epoch.
+    writes: u64,
+    /// The keys of the last [`RECENT_WRITES`] writes of this epoch, by write count: what tells a
+    /// change that saw a key empty whether a write since filled it (and then dropped it again).
+    recent: VecDeque<(u64, BTreeSet<String>)>,
+}
+
+/// What a change was checked against.
+#[derive(Clone)]
+struct Snapshot {
+    record: Arc<LedgerRecord>,
+    epoch: u64,
+    writes: u64,
+}
+
+/// A checked change waiting to be written.
+struct Queued {
+    change: PendingChange,
+    keys: BTreeSet<String>,
+    /// The last change of each key (and an older replica's, if any) when it was checked.
+    seen: BTreeMap<String, Option<String>>,
+    version: String,
+    epoch: u64,
+    writes: u64,
+    /// What tells the flush which entries this replica has seen.
+    cache: Cache,
+    reply: oneshot::Sender<Verdict>,
+}
+
+/// What became of a queued change.
+#[derive(Debug)]
+enum Verdict {
+    Recorded,
+    /// A change under one of its keys was recorded since it was checked: wait for it, check again.
+    Stale,
+    /// The record holds [`HARD_MAX_ENTRIES`] changes not yet seen.
+    Full,
+    Failed(String),
+}
+
+impl Ledger {
+    pub fn new(store: Arc<dyn LedgerStore>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                seen: Mutex::default(),
+                call_timeout: Duration::from_secs(2),
+                queue: Mutex::default(),
+                known: tokio::sync::Mutex::default(),
+            }),
+        }
+    }
+
+    /// Admits one change: waits for the last change of each of its keys (`keys`, read again after
+    /// each wait: a tree can move), runs `check` against the cache, records the change. `check`
+    /// returns what to apply locally once the change is recorded.
+    pub async fn admit<A>(
+        &self,
+        change: PendingChange,
+        keys: impl Fn() -> BTreeSet<String>,
+        cache: &Cache,
+        mut check: impl FnMut() -> Result<A, Rejection>,
+    ) -> Result<A, Rejection> {
+        let started = Instant::now();
+        loop {
+            let snapshot = self.inner.snapshot().await.map_err(|e| unavailable(&e))?;
+            let record = &snapshot.record;
+            let wanted = keys();
+            for last in waited_for(&record.last, &wanted, &change.id) {
+                let first_seen = self.inner.first_seen(&last.id);
+                while !visible(last, cache) && first_seen.elapsed() < PENDING_TIMEOUT {
+                    if started.elapsed() >= MAX_WAIT {
+                        return Err(busy(last));
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+            if keys() != wanted {
+                // The cache moved a quota between trees while we waited: wait for the new ones.
+                continue;
+            }
+            if wanted.len() > BATCH_KEYS {
+                return Err(Rejection::invalid(format!(
+                    "this ElasticQuota change touches {} quota trees and bound namespaces; at most {BATCH_KEYS} \
+                     can be admitted in one change",
+                    wanted.len()
+                )));
+            }
+            let applied = check()?;
+            let (reply, verdict) = oneshot::channel();
+            let queued = Queued {
+                seen: seen_of(&record.last, &wanted, &change.id),
+                change: change.clone(),
+                keys: wanted,
+                version: record.version.clone(),
+                epoch: snapshot.epoch,
+                writes: snapshot.writes,
+                cache: cache.clone(),
+                reply,
+            };
+            self.inner.enqueue(queued);
+            tokio::spawn(self.inner.clone().flush());
+            match verdict.await {
+                Ok(Verdict::Recorded) => {
+                    self.inner.first_seen(&change.id);
+                    return Ok(applied);
+                }
+                // Another change under its keys was recorded first: wait for it and check again.
+                Ok(Verdict::Stale) => {
+                    if started.elapsed() >= MAX_WAIT {
+                        let last = record.last.get(WHOLE_RECORD).unwrap_or(&change);
+                        return Err(busy(last));
+                    }
+                }
+                Ok(Verdict::Full) => return Err(full()),
+                Ok(Verdict::Failed(why)) => return Err(unavailable(&why)),
+                Err(_) => return Err(unavailable("the write was abandoned")),
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The record as this replica knows it, read from the store when it does not.
+    async fn snapshot(&self) -> Result<Snapshot, String> {
+        let mut known = self.known.lock().await;
+        let record = match &known.record {
+            Some(record) => record.clone(),
+            None => self.reread(&mut known).await?,
+        };
+        Ok(Snapshot {
+            record,
+            epoch: known.epoch,
+            writes: known.writes,
+        })
+    }
+
+    /// Reads the record from the store: a new epoch.
+    async fn reread(&self, known: &mut Known) -> Result<Arc<LedgerRecord>, String> {
+        known.record = None;
+        let record = Arc::new(
+            self.call(self.store.read())
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        *known = Known {
+            record: Some(record.clone()),
+            epoch: known.epoch + 1,
+            writes: 0,
+            recent: VecDeque::new(),
+        };
+        Ok(record)
+    }
+
+    fn enqueue(&self, queued: Queued) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(queued);
+    }
+
+    /// Writes what is queued (nothing if an earlier flush took it): the changes still valid
+    /// against the record, one per key, in one conditional write; after a conflict, against the
+    /// record read again. Every queued change gets its verdict.
+    fn flush(self: Arc<Self>) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let mut deferred = Vec::new();
+            self.write_queued(&mut deferred).await;
+            if !deferred.is_empty() {
+                // What did not fit this write: the flush that would have written it has run.
+                for q in deferred {
+                    self.enqueue(q);
+                }
+                tokio::spawn(self.clone().flush());
+            }
+        })
+    }
+
+    async fn write_queued(&self, deferred: &mut Vec<Queued>) {
+        let mut known = self.known.lock().await;
+        let mut queued = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        for _ in 0..FLUSH_ATTEMPTS {
+            if queued.is_empty() {
+                return;
+            }
+            let record = match &known.record {
+                Some(record) => record.clone(),
+                None => match self.reread(&mut known).await {
+                    Ok(record) => record,
+                    Err(why) => return reply_all(queued, || Verdict::Failed(why.clone())),
+                },
+            };
+            let mut batch: Vec<Queued> = Vec::new();
+            let mut taken = BTreeSet::new();
+            for q in queued {
+                let fits = taken.len() + q.keys.len() <= BATCH_KEYS || batch.is_empty();
+                if !still_valid(&q, &record, &known) || q.keys.iter().any(|k| taken.contains(k)) {
+                    let _ = q.reply.send(Verdict::Stale);
+                } else if !fits {
+                    deferred.push(q);
+                } else {
+                    taken.extend(q.keys.iter().cloned());
+                    batch.push(q);
+                }
+            }
+            if batch.is_empty() {
+                return;
+            }
+            let now = jiff::Timestamp::now().as_second();
+            let recorded: Vec<(&BTreeSet<String>, PendingChange)> = batch
+                .iter()
+                .map(|q| {
+                    let change = PendingChange {
+                        at: now,
+                        ..q.change.clone()
+                    };
+                    (&q.keys, change)
+                })
+                .collect();
+            let cache = &batch[0].cache;
+            let Some(next) = next_record(&record.last, &recorded, now, |c| visible(c, cache))
+            else {
+                return reply_all(batch, || Verdict::Full);
+            };
+            match self.call(self.store.write(&record.version, &next)).await {
+                Ok(version) => {
+                    known.writes += 1;
+                    let writes = known.writes;
+                    known.recent.push_back((writes, taken));
+                    if known.recent.len() > RECENT_WRITES {
+                        known.recent.pop_front();
+                    }
+                    known.record = Some(Arc::new(LedgerRecord {
+                        version,
+                        last: next,
+                    }));
+                    return reply_all(batch, || Verdict::Recorded);
+                }
+                // Another replica wrote since this one read: read again, keep what still holds.
+                Err(StoreError::Conflict) => {
+                    if let Err(why) = self.reread(&mut known).await {
+                        return reply_all(batch, || Verdict::Failed(why.clone()));
+                    }
+                    queued = batch;
+                }
+                Err(e) => {
+                    // Whether it was written is unknown: read before the next write.
+                    known.record = None;
+                    return reply_all(batch, || Verdict::Failed(e.to_string()));
+                }
+            }
+        }
+        reply_all(queued, || Verdict::Stale);
+    }
+
+    /// When this replica first saw the change `id`; forgets what no one can wait for any more.
+    fn first_seen(&self, id: &str) -> Instant {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if seen.len() > MAX_ENTRIES * 4 {
+            seen.retain(|_, at| now.duration_since(*at) < PENDING_TIMEOUT * 2);
+        }
+        *seen.entry(id.to_owned()).or_insert(now)
+    }
+
+    /// A store call bounded by the call timeout.
+    async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.call_timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Other(
+                    "the API server did not answer in time".to_owned(),
+                ))
+            })
+    }
+}
+
+fn reply_all(queued: Vec<Queued>, verdict: impl Fn() -> Verdict) {
+    for q in queued {
+        // A request that gave up no longer listens.
+        let _ = q.reply.send(verdict());
+    }
+}
+
+/// Whether a queued change's check still holds against `record`: no change was recorded under
+/// its keys since. Where it saw a change, the same change must still be the last; where it saw
+/// none, none may be there now, and no write since may have put one there and dropped it again
+/// (known only for this replica's own writes since, so after another replica's write it checks
+/// again).
+fn still_valid(q: &Queued, record: &LedgerRecord, known: &Known) -> bool {
+    if seen_of(&record.last, &q.keys, &q.change.id) != q.seen {
+        return false;
+    }
+    if record.version == q.version {
+        return true;
+    }
+    let mut empty = q
+        .seen
+        .iter()
+        .filter(|(_, id)| id.is_none())
+        .map(|(k, _)| k)
+        .peekable();
+    if empty.peek().is_none() {
+        return true;
+    }
+    let all_writes_remembered = known.writes == q.writes
+        || known
+            .recent
+            .front()
+            .is_some_and(|(w, _)| *w <= q.writes + 1);
+    q.epoch == known.epoch
+        && all_writes_remembered
+        && empty.all(|k| {
+            !known
+                .recent
+                .iter()
+                .any(|(w, keys)| *w > q.writes && keys.contains(k))
+        })
+}
+
+fn busy(last: &PendingChange) -> Rejection {
+    Rejection {
+        code: 429,
+        message: format!(
+            "another ElasticQuota change ({}/{}) is still being admitted; retry in a few seconds",
+            last.namespace, last.name
+        ),
+    }
+}
+
+fn full() -> Rejection {
+    Rejection {
+        code: 429,
+        message: format!(
+            "{HARD_MAX_ENTRIES} ElasticQuota changes are still being admitted across replicas; retry in a \
+             few seconds"
+        ),
+    }
+}
+
+fn unavailable(why: &str) -> Rejection {
+    Rejection {
+        code: 503,
+        message: format!(
+            "cannot serialise ElasticQuota changes through the API server ({why}); retry"
+        ),
+    }
+}

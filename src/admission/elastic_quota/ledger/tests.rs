@@ -1,0 +1,447 @@
+//! The ledger against a store in memory: waits, conflicts, batches, the record's size and keys.
+
+use super::keys::key;
+use super::*;
+use crate::admission::ports::LedgerRecord;
+use crate::admission::ports::memory::MemoryLedgerStore;
+use crate::apis::ElasticQuota;
+use crate::cache::quota_topology::QuotaTopology;
+use crate::cache::{CacheWriter, CachedObject};
+use futures::future::BoxFuture;
+use kube::core::admission::Operation;
+
+fn quota(name: &str, version: &str) -> ElasticQuota {
+    let mut q: ElasticQuota = serde_json::from_value(serde_json::json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+        "metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
+        "spec": {"max": {"cpu": "1"}}}))
+    .unwrap();
+    q.metadata.uid = Some(format!("uid-{name}"));
+    q
+}
+
+/// Every change of these tests in one tree, unless a test says otherwise.
+fn tree(name: &str) -> impl Fn() -> BTreeSet<String> + use<> {
+    let key = format!("t.{name}");
+    move || BTreeSet::from([key.clone()])
+}
+
+fn create(id: &str, name: &str) -> PendingChange {
+    change_of(id, &Operation::Create, Some(&quota(name, "1")), None).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_change_waits_until_the_last_one_is_in_the_cache() {
+    let mut writer = CacheWriter::default();
+    let cache = writer.reader();
+    let store = Arc::new(MemoryLedgerStore::default());
+    let a = Ledger::new(store.clone());
+    let b = Ledger::new(store.clone());
+    // Replica a admits "first"; replica b's next change must wait for it.
+    let checks = std::sync::atomic::AtomicUsize::new(0);
+    a.admit(create("1", "first"), tree("t"), &cache, || Ok(()))
+        .await
+        .unwrap();
+    let waiting = b.admit(create("2", "second"), tree("t"), &cache, || {
+        checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    });
+    let mut waiting = std::pin::pin!(waiting);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), &mut waiting)
+            .await
+            .is_err(),
+        "b must not check before the first change is visible"
+    );
+    assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 0);
+    writer.apply(CachedObject::ElasticQuota(quota("first", "7")));
+    waiting.await.unwrap();
+    assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let record = store.read().await.unwrap().last;
+    assert_eq!(record["t.t"].name, "second");
+    assert_eq!(record[WHOLE_RECORD].name, "second");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_that_never_arrives_blocks_for_a_bounded_time() {
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(MemoryLedgerStore::default());
+    let a = Ledger::new(store.clone());
+    let b = Ledger::new(store);
+    a.admit(create("1", "lost"), tree("t"), &cache, || Ok(()))
+        .await
+        .unwrap();
+    // Within MAX_WAIT: a retryable denial naming the change waited for.
+    let denied = b
+        .admit(create("2", "next"), tree("t"), &cache, || Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, 429);
+    assert!(denied.message.contains("ns/lost"), "{}", denied.message);
+    // After PENDING_TIMEOUT on b's clock the lost change no longer blocks.
+    tokio::time::advance(PENDING_TIMEOUT).await;
+    b.admit(create("3", "next"), tree("t"), &cache, || Ok(()))
+        .await
+        .unwrap();
+}
+
+/// A store where, just before this replica's first write, another replica records `other`
+/// under `key`.
+struct OtherWritesFirst {
+    inner: MemoryLedgerStore,
+    other: Mutex<Option<(String, PendingChange)>>,
+}
+
+impl LedgerStore for OtherWritesFirst {
+    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
+        self.inner.read()
+    }
+    fn write<'a>(
+        &'a self,
+        version: &'a str,
+        last: &'a BTreeMap<String, PendingChange>,
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
+        if let Some((key, change)) = self.other.lock().unwrap().take() {
+            use futures::FutureExt;
+            // The memory store answers at once.
+            let mut record = self.inner.read().now_or_never().unwrap().unwrap();
+            let at = jiff::Timestamp::now().as_second();
+            record.last.insert(key, PendingChange { at, ..change });
+            let write = self.inner.write(&record.version, &record.last);
+            write.now_or_never().unwrap().unwrap();
+        }
+        self.inner.write(version, last)
+    }
+}
+
+fn other_writes_first(key: &str, change: PendingChange) -> Arc<OtherWritesFirst> {
+    Arc::new(OtherWritesFirst {
+        inner: MemoryLedgerStore::default(),
+        other: Mutex::new(Some((key.to_owned(), change))),
+    })
+}
+
+#[tokio::test]
+async fn a_writer_that_lost_to_a_change_in_its_tree_checks_again() {
+    let mut writer = CacheWriter::default();
+    let cache = writer.reader();
+    // The other replica's change is in the cache already: nothing to wait for but a new check.
+    writer.apply(CachedObject::ElasticQuota(quota("other", "3")));
+    let store = other_writes_first("t.t", create("0", "other"));
+    let ledger = Ledger::new(store.clone());
+    let mut checks = 0;
+    ledger
+        .admit(create("1", "q"), tree("t"), &cache, || {
+            checks += 1;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(checks, 2, "checked again after the other change");
+    assert_eq!(store.read().await.unwrap().last["t.t"].name, "q");
+    // A rule that fails is the answer, and nothing is recorded.
+    let store = Arc::new(MemoryLedgerStore::default());
+    let ledger = Ledger::new(store.clone());
+    let denied = ledger
+        .admit(create("2", "r"), tree("t"), &cache, || -> Result<(), _> {
+            Err(Rejection::invalid("min sum exceeds the parent"))
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, 400);
+    assert!(store.read().await.unwrap().last.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_that_lost_to_a_change_in_another_tree_writes_again_unchecked() {
+    let mut writer = CacheWriter::default();
+    let cache = writer.reader();
+    for name in ["other", "q0"] {
+        writer.apply(CachedObject::ElasticQuota(quota(name, "2")));
+    }
+    let store = other_writes_first("t.u", create("o1", "other"));
+    let ledger = Ledger::new(store.clone());
+    let checks = std::sync::atomic::AtomicUsize::new(0);
+    let check = || {
+        checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    };
+    // Tree t was empty when checked; after another replica's write nothing tells whether
+    // that write put a change there and dropped it, so the change is checked again.
+    ledger
+        .admit(create("c0", "q0"), tree("t"), &cache, check)
+        .await
+        .unwrap();
+    assert_eq!(checks.swap(0, std::sync::atomic::Ordering::SeqCst), 2);
+    // Tree t's last change is c0: a write lost to a change in tree u still holds.
+    store
+        .other
+        .lock()
+        .unwrap()
+        .replace(("t.u".into(), create("o2", "other")));
+    ledger
+        .admit(create("c1", "q1"), tree("t"), &cache, check)
+        .await
+        .unwrap();
+    assert_eq!(checks.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let last = store.read().await.unwrap().last;
+    assert_eq!(
+        (last["t.t"].id.as_str(), last["t.u"].id.as_str()),
+        ("c1", "o2")
+    );
+}
+
+#[tokio::test]
+async fn concurrent_changes_in_different_trees_share_writes() {
+    struct Counting(MemoryLedgerStore, std::sync::atomic::AtomicUsize);
+    impl LedgerStore for Counting {
+        fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
+            self.0.read()
+        }
+        fn write<'a>(
+            &'a self,
+            version: &'a str,
+            last: &'a BTreeMap<String, PendingChange>,
+        ) -> BoxFuture<'a, Result<String, StoreError>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move {
+                // A write takes a while, as a round trip to the API server does.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                self.0.write(version, last).await
+            })
+        }
+    }
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(Counting(MemoryLedgerStore::default(), 0.into()));
+    let ledger = Ledger::new(store.clone());
+    let admits = (0..64).map(|i| {
+        ledger.admit(
+            create(&format!("c{i}"), &format!("q{i}")),
+            tree(&format!("tree-{i}")),
+            &cache,
+            || Ok(()),
+        )
+    });
+    for answer in futures::future::join_all(admits).await {
+        answer.unwrap();
+    }
+    let writes = store.1.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(writes < 64 / 4, "64 changes took {writes} writes");
+    let last = store.read().await.unwrap().last;
+    assert!((0..64).all(|i| last[&format!("t.tree-{i}")].name == format!("q{i}")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_changes_in_one_tree_are_written_one_by_one() {
+    let mut writer = CacheWriter::default();
+    let cache = writer.reader();
+    let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
+    let checked = Mutex::new(Vec::new());
+    let admit = |i: usize| {
+        let checked = &checked;
+        let cache = &cache;
+        let ledger = &ledger;
+        async move {
+            ledger
+                .admit(
+                    create(&format!("c{i}"), &format!("q{i}")),
+                    tree("t"),
+                    cache,
+                    || {
+                        checked.lock().unwrap().push(i);
+                        Ok(())
+                    },
+                )
+                .await
+        }
+    };
+    let mut both = std::pin::pin!(futures::future::join(admit(1), admit(2)));
+    // One is recorded; the other waits for it to reach the cache.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), &mut both)
+            .await
+            .is_err()
+    );
+    let first = checked.lock().unwrap()[0];
+    writer.apply(CachedObject::ElasticQuota(quota(&format!("q{first}"), "5")));
+    let (a, b) = both.await;
+    a.unwrap();
+    b.unwrap();
+    let checked = checked.lock().unwrap();
+    assert_eq!(checked.last(), Some(&(3 - first)), "{checked:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_that_never_arrives_holds_up_only_its_own_tree() {
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(MemoryLedgerStore::default());
+    let (forger, other) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
+    // A forged create under tree a: never stored.
+    forger
+        .admit(create("1", "forged"), tree("a"), &cache, || Ok(()))
+        .await
+        .unwrap();
+    // A change in tree b does not wait for it; one in tree a does, then gives up (429).
+    other
+        .admit(create("2", "real"), tree("b"), &cache, || Ok(()))
+        .await
+        .unwrap();
+    let both = || BTreeSet::from(["t.a".to_owned(), "t.c".to_owned()]);
+    let denied = other
+        .admit(create("3", "moved"), both, &cache, || Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, 429);
+    assert!(denied.message.contains("ns/forged"), "{}", denied.message);
+    let record = store.read().await.unwrap().last;
+    assert_eq!(record["t.a"].name, "forged");
+    assert_eq!(record["t.b"].name, "real");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_an_older_replica_recorded_is_waited_for_by_every_key() {
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(MemoryLedgerStore::default());
+    // An older replica writes the whole-record key only.
+    let old = BTreeMap::from([(WHOLE_RECORD.to_owned(), create("1", "old"))]);
+    store.write("0", &old).await.unwrap();
+    let denied = Ledger::new(store.clone())
+        .admit(create("2", "new"), tree("x"), &cache, || Ok(()))
+        .await
+        .unwrap_err();
+    assert!(denied.message.contains("ns/old"), "{}", denied.message);
+}
+
+#[test]
+fn the_record_drops_old_and_seen_entries_and_keeps_its_size() {
+    let at = |id: &str, at: i64| PendingChange {
+        at,
+        ..create(id, id)
+    };
+    // Entries of ages 0 to 26 s, more than fit, and one past the horizon.
+    let mut last: BTreeMap<String, PendingChange> = (0..MAX_ENTRIES as i64 + 10)
+        .map(|i| (format!("t.q{i}"), at(&format!("c{i}"), 1_000 - i / 10)))
+        .collect();
+    last.insert("t.stale".into(), at("stale", 1_000 - 31));
+    let keys = BTreeSet::from(["t.new".to_owned()]);
+    let new = [(&keys, at("new", 1_000))];
+    // Seen here: the oldest leave first.
+    let next = next_record(&last, &new, 1_000, |_| true).unwrap();
+    assert_eq!(next.len(), MAX_ENTRIES);
+    assert!(
+        !next.contains_key("t.stale"),
+        "past twice the pending timeout"
+    );
+    let oldest_kept = next.values().map(|c| c.at).min().unwrap();
+    let mut dropped = last.keys().filter(|k| !next.contains_key(*k));
+    assert!(
+        dropped.all(|k| last[k].at <= oldest_kept),
+        "the oldest went first"
+    );
+    assert_eq!(next["t.new"].id, "new");
+    assert_eq!(next[WHOLE_RECORD].id, "new");
+    // Not seen here: nothing young leaves, the record grows.
+    let next = next_record(&last, &new, 1_000, |_| false).unwrap();
+    assert_eq!(next.len(), MAX_ENTRIES + 10 + 2);
+    // Seen, but within the grace: stays too.
+    let next = next_record(&last, &new, 1_000, |_| true).unwrap();
+    assert!(
+        last.iter()
+            .filter(|(_, c)| c.at > 1_000 - SEEN_GRACE_SECONDS)
+            .all(|(k, _)| next.contains_key(k)),
+        "younger than the grace"
+    );
+    // Beyond the hard cap of young unseen changes: refused.
+    let young: BTreeMap<String, PendingChange> = (0..HARD_MAX_ENTRIES)
+        .map(|i| (format!("n.ns{i}"), at(&format!("y{i}"), 1_000)))
+        .collect();
+    assert!(next_record(&young, &new, 1_000, |_| false).is_none());
+}
+
+#[test]
+fn names_a_configmap_key_cannot_hold_are_keyed_by_digest() {
+    assert_eq!(key("n", "team-a"), "n.team-a");
+    let odd = key("n", "team a");
+    assert!(odd.starts_with("n-") && odd.len() == 2 + 32, "{odd}");
+    assert_ne!(odd, key("n", "team b"));
+    assert!(key("t", &"q".repeat(300)).starts_with("t-"));
+    assert!([odd, key("t", "")].iter().all(|k| {
+        k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    }));
+}
+
+#[tokio::test]
+async fn a_change_with_more_keys_than_a_write_holds_is_refused() {
+    let cache = CacheWriter::default().reader();
+    let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
+    let many = || (0..=BATCH_KEYS).map(|i| format!("n.ns{i}")).collect();
+    let denied = ledger
+        .admit(create("1", "q"), many, &cache, || Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, 400);
+    assert!(denied.message.contains("at most 128"), "{}", denied.message);
+}
+
+#[test]
+fn keys_name_the_trees_and_namespaces_a_change_touches() {
+    let q = |name: &str, parent: Option<&str>, namespaces: &[&str]| -> ElasticQuota {
+        let mut labels = serde_json::Map::new();
+        if let Some(p) = parent {
+            labels.insert(crate::apis::keys::QUOTA_PARENT.into(), p.into());
+        }
+        let namespaces = serde_json::to_string(namespaces).unwrap();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels,
+                         "annotations": {crate::apis::keys::QUOTA_NAMESPACES: namespaces}},
+            "spec": {}}))
+        .unwrap()
+    };
+    let (top, mid, other) = (
+        q("top", None, &[]),
+        q("mid", Some("top"), &[]),
+        q("other", None, &[]),
+    );
+    let topology = QuotaTopology::from_quotas([&top, &mid, &other]);
+    let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+    // A new leaf under mid: the tree of top; binding a namespace adds it.
+    let leaf = q("leaf", Some("mid"), &["team-a"]);
+    assert_eq!(
+        keys_of(&topology, Some(&leaf), None),
+        set(&["n.team-a", "t.top"])
+    );
+    // mid moved under other: both trees.
+    let moved = q("mid", Some("other"), &[]);
+    assert_eq!(
+        keys_of(&topology, Some(&moved), Some(&mid)),
+        set(&["t.other", "t.top"])
+    );
+    // A top-level quota is its own tree; a parent nobody knows names one.
+    assert_eq!(keys_of(&topology, None, Some(&other)), set(&["t.other"]));
+    let orphan = q("o", Some("nowhere"), &[]);
+    assert_eq!(keys_of(&topology, Some(&orphan), None), set(&["t.nowhere"]));
+}
+
+#[test]
+fn changes_become_visible_by_kind() {
+    let mut writer = CacheWriter::default();
+    let cache = writer.reader();
+    let update = change_of(
+        "u",
+        &Operation::Update,
+        Some(&quota("q", "5")),
+        Some(&quota("q", "5")),
+    )
+    .unwrap();
+    let delete = change_of("d", &Operation::Delete, None, Some(&quota("q", "6"))).unwrap();
+    assert!(!visible(&create("c", "q"), &cache));
+    assert!(visible(&delete, &cache));
+    writer.apply(CachedObject::ElasticQuota(quota("q", "5")));
+    assert!(visible(&create("c", "q"), &cache));
+    assert!(!visible(&update, &cache), "still at the version it changed");
+    assert!(!visible(&delete, &cache));
+    writer.apply(CachedObject::ElasticQuota(quota("q", "6")));
+    assert!(visible(&update, &cache));
+}
