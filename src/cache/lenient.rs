@@ -150,7 +150,14 @@ impl SetAside {
         {
             relisted.insert(name.clone());
         }
-        write_topology(topology).set_unreadable(&name, unreadable);
+        // Every quota event passes here: the tree's write lock only when something changes.
+        let known = topology
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_unreadable(&name);
+        if known || unreadable.is_some() {
+            write_topology(topology).set_unreadable(&name, unreadable);
+        }
     }
 
     /// The store's event for `event`: `None` for an unreadable object of a list (it is left out),

@@ -205,6 +205,11 @@ impl QuotaTopology {
         }
     }
 
+    /// Whether quota `name` is recorded as not decoding.
+    pub fn is_unreadable(&self, name: &str) -> bool {
+        self.unreadable.contains_key(name)
+    }
+
     /// Keeps only the unreadable quotas `keep` names (after a relist: the others are gone).
     pub fn retain_unreadable(&mut self, keep: impl Fn(&str) -> bool) {
         let before = self.unreadable.len();

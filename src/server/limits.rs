@@ -143,28 +143,23 @@ impl BodyBudget {
         hold: &mut Option<BodyHold>,
     ) -> Result<(), BudgetFull> {
         let n = u32::try_from(bytes).map_err(|_| BudgetFull::Server)?;
-        if let Some(ip) = from {
-            let mut held = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-            let mine = held.get(&ip).copied().unwrap_or(0);
-            if mine + bytes > self.share {
-                return Err(BudgetFull::Address { share: self.share });
-            }
-            let permit = self
-                .permits
-                .clone()
-                .try_acquire_many_owned(n)
-                .map_err(|_| BudgetFull::Server)?;
-            *held.entry(ip).or_default() += bytes;
-            drop(held);
-            self.add(hold, permit, Some(ip), bytes);
-        } else {
-            let permit = self
-                .permits
-                .clone()
-                .try_acquire_many_owned(n)
-                .map_err(|_| BudgetFull::Server)?;
-            self.add(hold, permit, None, bytes);
+        // The address's share is checked and taken under one lock with the server's permits.
+        let mut held = from.map(|_| self.by_address.lock().unwrap_or_else(|p| p.into_inner()));
+        if let (Some(ip), Some(held)) = (from, held.as_ref())
+            && held.get(&ip).copied().unwrap_or(0) + bytes > self.share
+        {
+            return Err(BudgetFull::Address { share: self.share });
         }
+        let permit = self
+            .permits
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| BudgetFull::Server)?;
+        if let (Some(ip), Some(held)) = (from, held.as_mut()) {
+            *held.entry(ip).or_default() += bytes;
+        }
+        drop(held);
+        self.add(hold, permit, from, bytes);
         Ok(())
     }
 
