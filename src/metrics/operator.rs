@@ -6,6 +6,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 use crate::metrics::labels::KindLabels;
 
@@ -20,6 +21,13 @@ pub struct ConfigurationLabels {
     pub configuration: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecountPartLabels {
+    /// `pass` (start to last write), `compute` (the pass's own work, without its writes) or
+    /// `pod_index_lock` (how long it held the pod index, which the pod watch waits for).
+    pub part: &'static str,
+}
+
 #[derive(Clone)]
 pub struct OperatorMetrics {
     pub cert_not_after: Family<CertLabels, Gauge>,
@@ -28,6 +36,8 @@ pub struct OperatorMetrics {
     pub ca_bundle_in_sync: Family<ConfigurationLabels, Gauge>,
     pub leader: Gauge,
     pub writes: Family<KindLabels, Counter>,
+    pub recount_last: Family<RecountPartLabels, Gauge<f64, AtomicU64>>,
+    pub recount_passes: Counter,
 }
 
 impl OperatorMetrics {
@@ -39,6 +49,8 @@ impl OperatorMetrics {
             ca_bundle_in_sync: Family::default(),
             leader: Gauge::default(),
             writes: Family::default(),
+            recount_last: Family::default(),
+            recount_passes: Counter::default(),
         };
         registry.register(
             "certificate_expiration_timestamp_seconds",
@@ -69,6 +81,16 @@ impl OperatorMetrics {
             "cluster_writes",
             "Writes to the API server by this replica, by kind",
             metrics.writes.clone(),
+        );
+        registry.register(
+            "child_request_recount_last_seconds",
+            "The leader's last child-request recount: its duration, its own work and its hold of the pod index",
+            metrics.recount_last.clone(),
+        );
+        registry.register(
+            "child_request_recounts",
+            "child-request recount passes run by this replica as leader",
+            metrics.recount_passes.clone(),
         );
         metrics
     }

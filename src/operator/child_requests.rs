@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -30,7 +31,9 @@ use crate::admission::pod::quota::recent::{self, RECENT};
 use crate::apis::ElasticQuota;
 use crate::apis::meta::annotation;
 use crate::cache::Cache;
+use crate::cache::pod_index::ChargeGroup;
 use crate::features::FeatureGates;
+use crate::metrics::operator::{OperatorMetrics, RecountPartLabels};
 use crate::resources::Resources;
 
 pub struct Recount {
@@ -40,6 +43,7 @@ pub struct Recount {
     pub leadership: Leadership,
     /// How long an admitted pod may take to reach the cache (`--child-request-recount-quiet`).
     pub quiet: Duration,
+    pub metrics: OperatorMetrics,
 }
 
 /// What one pass did.
@@ -47,6 +51,10 @@ pub struct Recount {
 pub struct Pass {
     pub corrected: Vec<String>,
     pub left_busy: usize,
+    /// How long it held the pod index.
+    pub index_held: Duration,
+    /// Its own work: grouping, summing and each quota's recount, without waiting for writes.
+    pub compute: Duration,
 }
 
 /// What a quota's `child-request` and recent-admissions record should say.
@@ -56,29 +64,45 @@ pub struct Recounted {
     pub recent: Vec<recent::Admitted>,
 }
 
-/// The recount of one quota: the charge of its pods in the cache (`stored`, with their
-/// `namespace/name`), plus its recent admissions still on their way at `now`.
+/// The recount of one quota: the charge of its pods in the cache (`charged`), plus its recent
+/// admissions still on their way at `now` (`stored`: whether the cache has that `namespace/name`
+/// charged to this quota).
 pub fn recount(
     account: &ChildRequests,
     quota: &ElasticQuota,
-    stored: Option<&(Resources, std::collections::HashSet<String>)>,
+    charged: Option<&Resources>,
+    stored: impl Fn(&str) -> bool,
     now: i64,
     window: Duration,
 ) -> Recounted {
-    let (charged, pods) = match stored {
-        Some((charged, pods)) => (account.usage_of(charged), Some(pods)),
-        None => (Resources::default(), None),
-    };
+    let charged = charged.map(|c| account.usage_of(c)).unwrap_or_default();
     let (recent, in_flight) =
-        recent::in_flight(&recent::read(quota), now, window.as_secs() as i64, |pod| {
-            pods.is_some_and(|p| p.contains(pod))
-        });
+        recent::in_flight(&recent::read(quota), now, window.as_secs() as i64, stored);
     let mut used = charged;
     used.add(&account.usage_of(&in_flight));
     Recounted {
         used: used.without_zeros(),
         recent,
     }
+}
+
+/// The summed charges of the pods by the quota `quota_of(namespace, label)` names (`None`: a quota
+/// evaluation skips).
+pub fn charged_by_quota(
+    groups: &[ChargeGroup],
+    quota_of: impl Fn(&str, Option<&str>) -> Option<String>,
+) -> HashMap<String, Resources> {
+    let mut by_quota: HashMap<String, Resources> = HashMap::new();
+    for group in groups {
+        let Some(quota) = quota_of(&group.namespace, group.label.as_deref()) else {
+            continue;
+        };
+        let sum = by_quota.entry(quota).or_default();
+        for _ in 0..group.pods {
+            sum.add(&group.charge);
+        }
+    }
+    by_quota
 }
 
 impl Recount {
@@ -89,7 +113,15 @@ impl Recount {
             if !self.leadership.is_leader() {
                 continue;
             }
-            match tokio::time::timeout(Duration::from_secs(60), self.pass()).await {
+            let started = std::time::Instant::now();
+            let result = tokio::time::timeout(Duration::from_secs(60), self.pass()).await;
+            self.metrics.recount_passes.inc();
+            self.record("pass", started.elapsed());
+            if let Ok(Ok(pass)) = &result {
+                self.record("compute", pass.compute);
+                self.record("pod_index_lock", pass.index_held);
+            }
+            match result {
                 Ok(Ok(pass)) if !pass.corrected.is_empty() => {
                     let shown = &pass.corrected[..pass.corrected.len().min(LOGGED_NAMES)];
                     tracing::info!(
@@ -104,6 +136,50 @@ impl Recount {
                 Err(_) => tracing::warn!("child-request recount timed out"),
             }
         }
+    }
+
+    fn record(&self, part: &'static str, took: Duration) {
+        let labels = RecountPartLabels { part };
+        self.metrics
+            .recount_last
+            .get_or_create(&labels)
+            .set(took.as_secs_f64());
+    }
+
+    /// The write that sets this quota to its recount, if it says anything else.
+    fn target_of(
+        &self,
+        cached: &ElasticQuota,
+        counted: &HashMap<String, Resources>,
+        quota_of: &impl Fn(&str, Option<&str>) -> Option<String>,
+        now: i64,
+    ) -> Option<Write> {
+        let account = limiting(cached)?;
+        let name = cached.metadata.name.clone().unwrap_or_default();
+        let stored = |pod: &str| {
+            let (namespace, pod_name) = pod.split_once('/').unwrap_or(("", pod));
+            self.cache
+                .pods
+                .charging_label(namespace, pod_name)
+                .is_some_and(|label| quota_of(namespace, label.as_deref()) == Some(name.clone()))
+        };
+        let target = recount(&account, cached, counted.get(&name), stored, now, self.quiet);
+        let mut recorded = annotation(cached, CHILD_REQUEST)
+            .and_then(|j| Resources::parse_json(j).ok())
+            .unwrap_or_default();
+        recorded.0.retain(|_, q| !q.is_zero());
+        if recorded == target.used && recent::read(cached) == target.recent {
+            return None;
+        }
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": cached.metadata.resource_version,
+            "annotations": {
+                CHILD_REQUEST: serde_json::to_string(&target.used.to_quantities()).unwrap_or_default(),
+                RECENT: recent::to_json(&target.recent),
+            },
+        }});
+        let namespace = cached.metadata.namespace.clone().unwrap_or_default();
+        Some((namespace, name, patch, recorded != target.used))
     }
 
     /// One recount of every quota that limits pods.
@@ -121,42 +197,36 @@ impl Recount {
         let unique = |q: &&Arc<ElasticQuota>| {
             named.get(q.metadata.name.as_deref().unwrap_or_default()) == Some(&1)
         };
-        let limiting = |q: &ElasticQuota| ChildRequests::read(q).ok().filter(|a| a.limits_pods());
         if !quotas.iter().filter(unique).any(|q| limiting(q).is_some()) {
             return Ok(pass);
         }
-        let counted = self.cache.pods.charged_by_quota(|namespace, label| {
+        let started = std::time::Instant::now();
+        let groups = self.cache.pods.charge_groups();
+        pass.index_held = started.elapsed();
+        let quota_of = |namespace: &str, label: Option<&str>| {
             evaluated_quota(label, namespace, &self.cache, &self.gates)
-        });
+        };
+        let counted = charged_by_quota(&groups, quota_of);
+        drop(groups);
         let now = jiff::Timestamp::now().as_second();
-        // What to write, then the writes several at a time: at L1 a first pass can correct 9,900
-        // quotas, which one after the other took 51 s of the pass's 60.
-        let mut writes = Vec::new();
-        for cached in quotas.iter().filter(unique) {
-            let Some(account) = limiting(cached) else {
-                continue;
-            };
-            let name = cached.metadata.name.clone().unwrap_or_default();
-            let target = recount(&account, cached, counted.get(&name), now, self.quiet);
-            let mut recorded = annotation(&**cached, CHILD_REQUEST)
-                .and_then(|j| Resources::parse_json(j).ok())
-                .unwrap_or_default();
-            recorded.0.retain(|_, q| !q.is_zero());
-            if recorded == target.used && recent::read(cached) == target.recent {
-                continue;
-            }
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": cached.metadata.resource_version,
-                "annotations": {
-                    CHILD_REQUEST: serde_json::to_string(&target.used.to_quantities()).unwrap_or_default(),
-                    RECENT: recent::to_json(&target.recent),
-                },
-            }});
-            let namespace = cached.metadata.namespace.clone().unwrap_or_default();
-            writes.push((namespace, name, patch, recorded != target.used));
-        }
-        drop(counted);
-        let written: Vec<_> = futures::stream::iter(writes)
+        // Each quota's write is computed as the writes go, several at a time: at L1 a first pass can
+        // correct 9,900 quotas (one after the other that took 51 s of the pass's 60), and a list of
+        // every patch built first would be held for all of them.
+        // Nanoseconds of the pass's own work (a `Cell` would make the pass's future not `Send`).
+        let computing = AtomicU64::new(started.elapsed().as_nanos() as u64);
+        let computing = &computing;
+        let counted = &counted;
+        let quota_of = &quota_of;
+        let targets = quotas.iter().filter(unique).filter_map(|cached| {
+            let began = std::time::Instant::now();
+            let target = self.target_of(cached, counted, quota_of, now);
+            computing.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            target
+        });
+        // Boxed: the iterator's closures borrow, and an unboxed stream of them held across `.await`
+        // trips rustc's `Send` inference for higher-ranked lifetimes.
+        let written: Vec<_> = futures::stream::iter(targets)
+            .boxed()
             .map(|(namespace, name, patch, corrects)| async move {
                 if self.leadership.check().is_err() {
                     return (name, corrects, Ok(false));
@@ -167,12 +237,14 @@ impl Recount {
                     field_manager: Some(crate::names::FIELD_MANAGER.to_owned()),
                     ..Default::default()
                 };
-                let result = api.patch(&name, &params, &Patch::Merge(&patch)).await;
+                // Only the metadata comes back: the answer is not read beyond its status.
+                let result = api.patch_metadata(&name, &params, &Patch::Merge(&patch)).await;
                 (name, corrects, result.map(|_| true))
             })
             .buffer_unordered(WRITES_IN_FLIGHT)
             .collect()
             .await;
+        pass.compute = Duration::from_nanos(computing.load(Ordering::Relaxed));
         let mut failed = None;
         for (name, corrects, result) in written {
             match result {
@@ -188,6 +260,15 @@ impl Recount {
         }
     }
 }
+
+/// A quota's account, if it limits pods.
+fn limiting(quota: &ElasticQuota) -> Option<ChildRequests> {
+    ChildRequests::read(quota).ok().filter(|a| a.limits_pods())
+}
+
+/// One quota's correction: its namespace and name, the merge patch, and whether it changes
+/// `child-request` (or only the recent-admissions record).
+type Write = (String, String, serde_json::Value, bool);
 
 /// Recount writes in flight at once.
 const WRITES_IN_FLIGHT: usize = 8;
@@ -220,16 +301,43 @@ mod tests {
                 {"pod":"ns/a","at":95,"requests":{"cpu":"1"}}]"#,
         );
         let account = ChildRequests::read(&q).unwrap();
-        let stored = (
-            Resources::parse_json(r#"{"cpu":"2"}"#).unwrap(),
-            HashSet::from(["ns/a".to_owned(), "ns/b".to_owned()]),
+        let charged = Resources::parse_json(r#"{"cpu":"2"}"#).unwrap();
+        let stored = HashSet::from(["ns/a".to_owned(), "ns/b".to_owned()]);
+        let r = recount(
+            &account,
+            &q,
+            Some(&charged),
+            |pod| stored.contains(pod),
+            100,
+            Duration::from_secs(60),
         );
-        let r = recount(&account, &q, Some(&stored), 100, Duration::from_secs(60));
         assert_eq!(r.used.describe(), "cpu=3");
         assert_eq!(r.recent.len(), 1);
         assert_eq!(r.recent[0].pod, "ns/coming");
         // Without pods and past every window: nothing.
-        let r = recount(&account, &q, None, 1_000, Duration::from_secs(60));
+        let r = recount(&account, &q, None, |_| false, 1_000, Duration::from_secs(60));
         assert!(r.used.is_empty() && r.recent.is_empty());
+    }
+
+    #[test]
+    fn charges_are_summed_by_the_quota_each_group_resolves_to() {
+        let group = |namespace: &str, label: Option<&str>, cpu: &str, pods| ChargeGroup {
+            namespace: namespace.to_owned(),
+            label: label.map(Into::into),
+            charge: Arc::new(Resources::parse_json(&format!(r#"{{"cpu":"{cpu}"}}"#)).unwrap()),
+            pods,
+        };
+        let groups = [
+            group("a", Some("q"), "1", 3),
+            group("b", Some("q"), "500m", 2),
+            group("b", None, "2", 1),
+            group("skipped", None, "7", 4),
+        ];
+        let by_quota = charged_by_quota(&groups, |namespace, label| {
+            (namespace != "skipped").then(|| label.unwrap_or(namespace).to_owned())
+        });
+        assert_eq!(by_quota["q"].describe(), "cpu=4", "3 x 1 + 2 x 0.5");
+        assert_eq!(by_quota["b"].describe(), "cpu=2", "unlabelled: its namespace's");
+        assert_eq!(by_quota.len(), 2, "a group evaluation skips counts nowhere");
     }
 }

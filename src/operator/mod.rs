@@ -161,6 +161,7 @@ pub async fn run(
             gates: config.desired.gates,
             leadership: leadership.clone(),
             quiet: config.child_request_quiet,
+            metrics: metrics.operator.clone(),
         };
         async move {
             if recount
