@@ -23,7 +23,9 @@ Two workloads: plain pods (nothing Koordinator reads) dry-run and real at every 
 pods (labelled app=spark, which a ClusterColocationProfile turns into BE batch pods) dry-run at 50/s
 and 200/s.
 
-Per run: the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
+Every figure is the median of three runs (BENCH_ROUNDS; single 10 s runs move by tens of percent).
+Per run: the new TCP connections the API server's network namespace opened per 1,000 webhook calls
+(4 of them are the client's own), the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
 API server's own histogram of the webhook calls (share in its first bucket, 5 ms), its rejections,
 its CPU per 1,000 creates, and the webhook Pods' CPU and working set from the kubelet. Real creates
 name a node that does not exist, so nothing schedules or runs them, and are deleted after each run.
@@ -33,7 +35,9 @@ import datetime
 import json
 import os
 import re
+import statistics
 import subprocess
+import threading
 import tempfile
 import time
 
@@ -50,6 +54,11 @@ PEER_NAMESPACE, PEER_IMAGE = "koord-bench", "localhost/koord-bench/go-peer:dev"
 POD_PATHS = ("/mutate-pod", "/validate-pod")
 RATES = (50, 200, None)  # None: as fast as the client goes
 FIRST_BUCKET = "0.005"
+# Each figure is the median of this many runs.
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+# A directory: the API server's CPU profile of every Koordinator-workload run is saved there
+# (`go tool pprof -top FILE`), to see where its time goes per webhook.
+PPROF = os.environ.get("BENCH_PPROF")
 
 
 def pod_body(app="bench"):
@@ -91,6 +100,12 @@ class Cluster:
 
     def api(self, method, path):
         return self.run("curl", "-fsS", "-X", method, *self.tls, f"{API}{path}")
+
+    def tcp_active_opens(self):
+        """TCP connections opened so far from the cluster's network namespace (the API server's)."""
+        lines = [line.split() for line in self.run("cat", "/proc/net/snmp").splitlines()
+                 if line.startswith("Tcp:")]
+        return int(dict(zip(lines[0][1:], lines[1][1:]))["ActiveOpens"])
 
     def apiserver_cpu(self):
         pid = [line.split()[1] for line in open(os.path.join(self.d, "pids"))
@@ -317,34 +332,68 @@ def load(cluster, oha, dry_run, rate, duration, workload="plain"):
     }
 
 
+def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile=None):
+    """One load run and what it cost: the client's figures, the API server's CPU and webhook calls,
+    the new TCP connections the API server opened (its network namespace's `ActiveOpens`: webhook
+    connections and anything else it dialled), the webhook Pods' CPU; with `profile`, the API
+    server's CPU profile of the run saved there."""
+    cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
+    calls, opens = cluster.webhook_metrics(names), cluster.tcp_active_opens()
+    pprof = None
+    if profile:
+        seconds = max(duration - 2, 1)
+        pprof = threading.Thread(target=cluster.run, args=(
+            "curl", "-fsS", *cluster.tls, "-o", profile, f"{API}/debug/pprof/profile?seconds={seconds}"))
+        pprof.start()
+    figures = load(cluster, oha, dry_run, rate, duration, workload)
+    if pprof:
+        pprof.join()
+    calls = [after - before for after, before in zip(cluster.webhook_metrics(names), calls)]
+    opens = cluster.tcp_active_opens() - opens
+    cpu = cluster.apiserver_cpu() - cpu
+    per_1000 = 1e6 / max(figures["requests"], 1)
+    figures.update(apiserver_cpu_ms_per_1000=cpu * per_1000, webhook_calls=int(calls[0]),
+                   first_bucket_share=calls[1] / calls[0] if calls[0] else None,
+                   rejections=int(calls[2]),
+                   new_connections_per_1000_calls=opens * 1000 / calls[0] if calls[0] else None)
+    if namespace:
+        # The kubelet samples every few seconds: the CPU rate between its two samples,
+        # over the run's length.
+        after = cluster.pod_stats(namespace)
+        cores = (after[0] - webhook[0]) / (after[1] - webhook[1]) if after[1] > webhook[1] else 0
+        figures.update(webhook_cpu_ms_per_1000=cores * duration * per_1000,
+                       webhook_working_set_mib=after[2])
+    if not dry_run:
+        # One DELETE for all of them; grace 0: their node does not exist to confirm.
+        cluster.api("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?gracePeriodSeconds=0")
+    return figures
+
+
+def median_of(runs):
+    """Each figure's median over the rounds (single 10 s runs move by tens of percent)."""
+    out = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if isinstance(r.get(key), (int, float))]
+        out[key] = statistics.median(values) if values else runs[0][key]
+    return out
+
+
 def measure(cluster, oha, record, case, namespace, names, duration):
     # A short warm-up: connections, the API server's webhook clients, the webhook's caches.
     load(cluster, oha, True, 50, 2)
     for workload, dry_run, rate in RUNS:
-        cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
-        calls = cluster.webhook_metrics(names)
-        figures = load(cluster, oha, dry_run, rate, duration, workload)
-        calls = [after - before for after, before in zip(cluster.webhook_metrics(names), calls)]
-        cpu = cluster.apiserver_cpu() - cpu
-        per_1000 = 1e6 / max(figures["requests"], 1)
-        figures.update(apiserver_cpu_ms_per_1000=cpu * per_1000, webhook_calls=int(calls[0]),
-                       first_bucket_share=calls[1] / calls[0] if calls[0] else None,
-                       rejections=int(calls[2]))
-        if namespace:
-            # The kubelet samples every few seconds: the CPU rate between its two samples,
-            # over the run's length.
-            after = cluster.pod_stats(namespace)
-            cores = (after[0] - webhook[0]) / (after[1] - webhook[1]) if after[1] > webhook[1] else 0
-            figures.update(webhook_cpu_ms_per_1000=cores * duration * per_1000,
-                           webhook_working_set_mib=after[2])
         endpoint = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
         if workload != "plain":
             endpoint = f"{workload} {endpoint}"
-        record("apiserver", case, endpoint, figures, rate=rate, dry_run=dry_run,
-               workload=workload)
-        if not dry_run:
-            # One DELETE for all of them; grace 0: their node does not exist to confirm.
-            cluster.api("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?gracePeriodSeconds=0")
+        runs = []
+        for k in range(ROUNDS):
+            profile = None
+            if PPROF and workload != "plain":
+                os.makedirs(PPROF, exist_ok=True)
+                profile = os.path.join(PPROF, f"{case}-{endpoint}-{k}.pprof".replace(" ", "-"))
+            runs.append(one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile))
+        record("apiserver", case, endpoint, median_of(runs), rate=rate, dry_run=dry_run,
+               workload=workload, rounds=ROUNDS)
 
 
 def run(log, record, oha, koord, duration):

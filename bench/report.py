@@ -299,6 +299,39 @@ if apiserver and any(r["server"] == "floor" for r in apiserver):
     print("\nTargets of narrowing (issue 28):\n")
     print(table(["target", "measured", "met"], targets))
 
+koordinator = [e for e in (endpoints if apiserver else []) if e.startswith("koordinator")]
+if koordinator:
+    print("\n### The pods Koordinator exists for: the API server's cost per case\n")
+    print("Pods a ClusterColocationProfile selects (both pod entries called, a patch applied), dry-run. "
+          "Medians of the rounds (`rounds`); *new connections* = TCP connections the API server's network "
+          "namespace opened per 1,000 webhook calls (the client's own 4 per run included).\n")
+    lines, targets = [], []
+    for endpoint in koordinator:
+        none = at("none", endpoint)
+        for case in ("floor", "go-peer", "koord-webhook", "koord-webhook wide"):
+            r = at(case, endpoint)
+            if not (none and r):
+                continue
+            lines.append([endpoint, case, fmt(get(r, "rounds")), fmt(get(r, "apiserver_cpu_ms_per_1000")),
+                          fmt(r["p50_ms"] - none["p50_ms"]), fmt(r["p99_ms"] - none["p99_ms"]),
+                          fmt(get(r, "new_connections_per_1000_calls")),
+                          fmt(get(r, "webhook_cpu_ms_per_1000"))])
+        k, f, p = (at(c, endpoint) for c in ("koord-webhook", "floor", "go-peer"))
+        if none and k and f and p:
+            cpu = lambda r: get(r, "apiserver_cpu_ms_per_1000")
+            targets.append((f"{endpoint}: API server CPU / 1,000 <= the peer's ({fmt(cpu(p))})", fmt(cpu(k)),
+                            "yes" if cpu(k) <= cpu(p) else "no"))
+            targets.append((f"{endpoint}: API server CPU / 1,000 <= 1.15x the floor's ({fmt(cpu(f))})",
+                            ratio(cpu(k), cpu(f)), "yes" if cpu(k) <= 1.15 * cpu(f) else "no"))
+            for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
+                a_k, a_p = k[key] - none[key], p[key] - none[key]
+                targets.append((f"{endpoint}: {label} added <= the peer's ({fmt(a_p)} ms)", fmt(a_k),
+                                "yes" if a_k <= a_p else "no"))
+    print(table(["run", "case", "rounds", "API server CPU ms / 1,000", "p50 added ms", "p99 added ms",
+                 "new connections / 1,000 calls", "webhook Pods CPU ms / 1,000"], lines))
+    print("\nTargets (issue 45):\n")
+    print(table(["target", "measured", "met"], targets))
+
 memory = [r for r in rows if r["phase"] == "largest-reviews"]
 if memory:
     print("\n## The largest reviews at once: peak memory (`bench/run memory`)\n")

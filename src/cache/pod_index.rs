@@ -371,7 +371,11 @@ mod tests {
                 .map(|g| g.pods)
                 .sum::<usize>()
         };
-        assert_eq!(pods_in("b"), 2, "pods with one label and charge share a group");
+        assert_eq!(
+            pods_in("b"),
+            2,
+            "pods with one label and charge share a group"
+        );
         assert_eq!(
             index.read().charges.len(),
             1,

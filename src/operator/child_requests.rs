@@ -162,7 +162,14 @@ impl Recount {
                 .charging_label(namespace, pod_name)
                 .is_some_and(|label| quota_of(namespace, label.as_deref()) == Some(name.clone()))
         };
-        let target = recount(&account, cached, counted.get(&name), stored, now, self.quiet);
+        let target = recount(
+            &account,
+            cached,
+            counted.get(&name),
+            stored,
+            now,
+            self.quiet,
+        );
         let mut recorded = annotation(cached, CHILD_REQUEST)
             .and_then(|j| Resources::parse_json(j).ok())
             .unwrap_or_default();
@@ -252,7 +259,9 @@ impl Recount {
                     ..Default::default()
                 };
                 // Only the metadata comes back: the answer is not read beyond its status.
-                let result = api.patch_metadata(&name, &params, &Patch::Merge(&patch)).await;
+                let result = api
+                    .patch_metadata(&name, &params, &Patch::Merge(&patch))
+                    .await;
                 (name, corrects, result.map(|_| true))
             })
             .buffer_unordered(WRITES_IN_FLIGHT)
@@ -330,7 +339,14 @@ mod tests {
         assert_eq!(r.recent.len(), 1);
         assert_eq!(r.recent[0].pod, "ns/coming");
         // Without pods and past every window: nothing.
-        let r = recount(&account, &q, None, |_| false, 1_000, Duration::from_secs(60));
+        let r = recount(
+            &account,
+            &q,
+            None,
+            |_| false,
+            1_000,
+            Duration::from_secs(60),
+        );
         assert!(r.used.is_empty() && r.recent.is_empty());
     }
 
@@ -352,7 +368,11 @@ mod tests {
             (namespace != "skipped").then(|| label.unwrap_or(namespace).to_owned())
         });
         assert_eq!(by_quota["q"].describe(), "cpu=4", "3 x 1 + 2 x 0.5");
-        assert_eq!(by_quota["b"].describe(), "cpu=2", "unlabelled: its namespace's");
+        assert_eq!(
+            by_quota["b"].describe(),
+            "cpu=2",
+            "unlabelled: its namespace's"
+        );
         assert_eq!(by_quota.len(), 2, "a group evaluation skips counts nowhere");
     }
 }
