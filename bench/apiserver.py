@@ -25,7 +25,8 @@ and 200/s.
 
 Every figure is the median of three runs (BENCH_ROUNDS; single 10 s runs move by tens of percent).
 Per run: the new TCP connections the API server's network namespace opened per 1,000 webhook calls
-(4 of them are the client's own), the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
+(4 of them are the client's own, and the kubelet's probes), the new connections to the webhook's
+Service among them (conntrack), the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
 API server's own histogram of the webhook calls (share in its first bucket, 5 ms), its rejections,
 its CPU per 1,000 creates, and the webhook Pods' CPU and working set from the kubelet. Real creates
 name a node that does not exist, so nothing schedules or runs them, and are deleted after each run.
@@ -106,6 +107,13 @@ class Cluster:
         lines = [line.split() for line in self.run("cat", "/proc/net/snmp").splitlines()
                  if line.startswith("Tcp:")]
         return int(dict(zip(lines[0][1:], lines[1][1:]))["ActiveOpens"])
+
+    def webhook_connections(self):
+        """The TCP connections to port 9443 that conntrack knows (open ones, and closed ones for two
+        minutes), as (source, source port, destination): the API server's to the webhook Pods (it
+        routes to endpoints, --enable-aggregator-routing; no probe of either webhook uses 9443)."""
+        out = self.run("conntrack", "-L", "-p", "tcp", "--dport", "9443", check=False)
+        return set(re.findall(r"src=(\S+) dst=(\S+) sport=(\d+) dport=9443", out))
 
     def apiserver_cpu(self):
         pid = [line.split()[1] for line in open(os.path.join(self.d, "pids"))
@@ -268,8 +276,8 @@ def install_peer(cluster, tmp, floor=False):
                  "name": "go-peer", "image": PEER_IMAGE, "imagePullPolicy": "Never",
                  "args": ["--port", "9443", "--host", "0.0.0.0", "--cert-dir", "/certs"]
                  + (["--floor"] if floor else []),
+                 # No probe on 9443: every connection there is the API server's (counted per run).
                  "ports": [{"containerPort": 9443}], "resources": resources or {},
-                 "readinessProbe": {"tcpSocket": {"port": 9443}, "periodSeconds": 2},
                  "volumeMounts": [{"name": "tls", "mountPath": "/certs", "readOnly": True}]}],
                  "volumes": [{"name": "tls", "secret": {"secretName": "go-peer-tls"}}]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "go-peer", "namespace": PEER_NAMESPACE},
@@ -282,8 +290,12 @@ def install_peer(cluster, tmp, floor=False):
                 "path": w["clientConfig"]["service"]["path"]}}
         docs.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                      "metadata": {"name": f"go-peer-{kind.lower()}"}, "webhooks": webhooks})
-    cluster.apply(docs)
+    # The Pods first: with the entries in place (failurePolicy Fail), the peer's own Pods would have
+    # to be admitted by the peer, which is not running yet.
+    configurations = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
+    cluster.apply([d for d in docs if d not in configurations])
     cluster.kubectl("-n", PEER_NAMESPACE, "rollout", "status", "deployment/go-peer", "--timeout=180s")
+    cluster.apply(configurations)
     cluster.wait_for_admission("go-peer")
 
 
@@ -332,13 +344,18 @@ def load(cluster, oha, dry_run, rate, duration, workload="plain"):
     }
 
 
-def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile=None):
+# The cases with a webhook running, whose connections are counted.
+SERVICES = {"koord-webhook": True, "koord-webhook wide": True, "go-peer": True, "floor": True}
+
+
+def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile=None, service=None):
     """One load run and what it cost: the client's figures, the API server's CPU and webhook calls,
     the new TCP connections the API server opened (its network namespace's `ActiveOpens`: webhook
     connections and anything else it dialled), the webhook Pods' CPU; with `profile`, the API
     server's CPU profile of the run saved there."""
     cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
     calls, opens = cluster.webhook_metrics(names), cluster.tcp_active_opens()
+    known = cluster.webhook_connections() if service else set()
     pprof = None
     if profile:
         seconds = max(duration - 2, 1)
@@ -350,12 +367,15 @@ def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, p
         pprof.join()
     calls = [after - before for after, before in zip(cluster.webhook_metrics(names), calls)]
     opens = cluster.tcp_active_opens() - opens
+    dialled = len(cluster.webhook_connections() - known) if service else None
     cpu = cluster.apiserver_cpu() - cpu
     per_1000 = 1e6 / max(figures["requests"], 1)
     figures.update(apiserver_cpu_ms_per_1000=cpu * per_1000, webhook_calls=int(calls[0]),
                    first_bucket_share=calls[1] / calls[0] if calls[0] else None,
                    rejections=int(calls[2]),
-                   new_connections_per_1000_calls=opens * 1000 / calls[0] if calls[0] else None)
+                   new_connections_per_1000_calls=opens * 1000 / calls[0] if calls[0] else None,
+                   webhook_connections_per_1000_calls=dialled * 1000 / calls[0]
+                   if calls[0] and dialled is not None else None)
     if namespace:
         # The kubelet samples every few seconds: the CPU rate between its two samples,
         # over the run's length.
@@ -391,7 +411,8 @@ def measure(cluster, oha, record, case, namespace, names, duration):
             if PPROF and workload != "plain":
                 os.makedirs(PPROF, exist_ok=True)
                 profile = os.path.join(PPROF, f"{case}-{endpoint}-{k}.pprof".replace(" ", "-"))
-            runs.append(one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile))
+            runs.append(one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile,
+                                SERVICES.get(case)))
         record("apiserver", case, endpoint, median_of(runs), rate=rate, dry_run=dry_run,
                workload=workload, rounds=ROUNDS)
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt, future};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -227,8 +227,13 @@ fn follow_quotas(
 
 /// Starts every watch; the returned future runs them all.
 ///
-/// Pods are watched whole as `P` (the admission's pod type: what quota evaluation reads is decoded,
-/// the rest kept as text) and reduced by `index_pod` to what the pod index keeps.
+/// With `index_pod` (the recount of `child-request` needs each pod's charge), pods are watched
+/// whole as `P` (the admission's pod type: what quota evaluation reads is decoded, the rest kept as
+/// text) and reduced by `index_pod` to what the pod index keeps. Without, they are watched as
+/// metadata only: the rules that read the index then (quota deletes) read labels and names, and a
+/// whole-pod JSON watch is what costs the API server most of what koord-webhook costs it beside its
+/// calls: every pod event encoded to JSON for us (the kubelet and the scheduler take protobuf) and
+/// kept with the event while it is in the watch cache (bench/RESULTS.md, issue 45).
 pub async fn run<P>(
     client: Client,
     writer: CacheWriter,
@@ -236,7 +241,7 @@ pub async fn run<P>(
     wanted_config_maps: Vec<(String, String)>,
     unreadable: mpsc::Sender<Unreadable>,
     health: WatchHealth,
-    index_pod: impl Fn(&P) -> IndexedPod + Send,
+    index_pod: Option<impl Fn(&P) -> IndexedPod + Send>,
 ) where
     P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
@@ -314,12 +319,16 @@ pub async fn run<P>(
             into(nodes),
             m()
         ),
-        drive(
-            "pod",
-            watch(Api::<P>::all(client.clone())),
-            move |event| pods.apply(&indexed(&event, &index_pod)),
-            m()
-        ),
+        async move {
+            if let Some(index_pod) = index_pod {
+                let apply = move |event| pods.apply(&indexed(&event, &index_pod));
+                drive("pod", watch(Api::<P>::all(client.clone())), apply, m()).await
+            } else {
+                let apply = move |event| pods.apply(&indexed(&event, IndexedPod::from_meta));
+                let metadata = Api::<PartialObjectMeta<Pod>>::all(client.clone());
+                drive("pod", watch(metadata), apply, m()).await
+            }
+        },
     );
 }
 

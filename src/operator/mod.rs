@@ -120,9 +120,12 @@ pub async fn run(
         config.config_maps.clone(),
         unreadable,
         watch_health.clone(),
+        // Each pod's charge only for the recount (with quota admission): otherwise metadata only.
         {
             let gates = config.desired.gates;
-            move |pod: &crate::admission::pod::object::Pod| indexed_pod(pod, &gates)
+            let charges = gates.enabled(crate::features::Gate::EnableQuotaAdmission);
+            charges
+                .then_some(move |pod: &crate::admission::pod::object::Pod| indexed_pod(pod, &gates))
         },
     );
     tokio::spawn(crate::cache::lenient::publish(
