@@ -1,8 +1,14 @@
 """Turns target/bench/results.jsonl into bench/RESULTS.md: every figure with its ratio to the baseline
 measured in the same run (the Go peer, the small cache, the run without rotations), and the issue's
 targets with what was measured against them."""
+import io
 import json
 import sys
+
+# Everything is printed into a buffer first: the sections of the previous report (third argument)
+# that this one does not write (the scale benchmark's, hand-written measurements) are kept after it.
+_report, _stdout = io.StringIO(), sys.stdout
+sys.stdout = _report
 
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 sizes = json.load(open(sys.argv[2])) if len(sys.argv) > 2 else {}
@@ -347,3 +353,29 @@ if memory:
               fmt(r["other"])] for r in memory]
     print(table(["endpoint", "body MiB", "at once", "idle MiB", "peak MiB", "peak / 256 MiB", "answered 200",
                  "refused 503", "other (413)"], lines))
+
+
+def sections(text):
+    """(heading, text) of each `## ` section, the text before the first one under ''."""
+    out, heading, lines = [], "", []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            out.append((heading, "".join(lines)))
+            heading, lines = line.strip(), []
+        lines.append(line)
+    out.append((heading, "".join(lines)))
+    return out
+
+
+sys.stdout = _stdout
+written = _report.getvalue()
+print(written, end="")
+if len(sys.argv) > 3:
+    try:
+        previous = open(sys.argv[3]).read()
+    except OSError:
+        previous = ""
+    ours = {heading for heading, _ in sections(written)}
+    for heading, text in sections(previous):
+        if heading and heading not in ours:
+            print("\n" + text.strip("\n"))
