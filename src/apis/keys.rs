@@ -9,6 +9,11 @@ pub const QUOTA_ALLOW_LENT_RESOURCE: &str = "quota.scheduling.koordinator.sh/all
 pub const QUOTA_NAME: &str = "quota.scheduling.koordinator.sh/name";
 pub const QUOTA_TREE_ID: &str = "quota.scheduling.koordinator.sh/tree-id";
 pub const QUOTA_NAMESPACES: &str = "quota.scheduling.koordinator.sh/namespaces";
+pub const QUOTA_GUARANTEED: &str = "quota.scheduling.koordinator.sh/guaranteed";
+/// What the quota's admitted pods request, as Koordinator's quota admission records it.
+pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
+/// How much of the quota pods may request (its max when absent or empty).
+pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
 
 pub const ROOT_QUOTA: &str = "koordinator-root-quota";
 pub const SYSTEM_QUOTA: &str = "koordinator-system-quota";

@@ -10,14 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::apis::ElasticQuota;
 use crate::apis::keys::{
-    QUOTA_ALLOW_LENT_RESOURCE, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID,
-    ROOT_QUOTA,
+    QUOTA_ALLOW_LENT_RESOURCE, QUOTA_GUARANTEED, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT,
+    QUOTA_TREE_ID, ROOT_QUOTA,
 };
 use crate::resources::Resources;
 
 pub const QUOTA_IS_ROOT: &str = "quota.scheduling.koordinator.sh/is-root";
 pub const QUOTA_ALLOW_FORCE_UPDATE: &str = "quota.scheduling.koordinator.sh/allow-force-update";
-pub const QUOTA_GUARANTEED: &str = "quota.scheduling.koordinator.sh/guaranteed";
 
 /// What the rules read of one quota.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,7 +109,7 @@ pub struct ChildSums {
 impl ChildSums {
     fn milli(&self) -> [BTreeMap<&str, i128>; 2] {
         [&self.min, &self.guaranteed]
-            .map(|r| r.0.iter().map(|(k, q)| (k.as_str(), q.milli())).collect())
+            .map(|r| r.iter().map(|(k, q)| (k.as_str(), q.milli())).collect())
     }
 
     fn add(&mut self, info: &QuotaInfo) {

@@ -11,7 +11,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Resource;
 use kube::core::{ObjectMeta, PartialObjectMeta};
 
-use crate::apis::keys::QUOTA_PREFIX;
+use crate::apis::keys::{ADMISSION_LIMIT, CHILD_REQUEST, QUOTA_NAMESPACES, QUOTA_PREFIX};
 use crate::apis::{
     ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation, ReservationStatus,
 };
@@ -66,14 +66,25 @@ impl<K> Slim for PartialObjectMeta<K> {
     }
 }
 
-/// The quota rules read its labels, Koordinator's quota annotations (the tree, bound namespaces,
-/// guarantees, `child-request`) and koord-webhook's own, `spec` and the identity the ledger
-/// compares; nothing else of its metadata.
+/// The annotations a rule reads of a cached quota: the namespaces it binds (`vpod`'s reach), pod
+/// admission's record and limit (the recount, a pod's quota). The quota tree reads the rest of what
+/// it needs (guarantees, min) from the whole object before the store slims it; Koordinator's other
+/// annotations (`runtime`, `request`, `shared-weight`) are read only on the reviewed object.
+const QUOTA_ANNOTATIONS_READ: [&str; 3] = [QUOTA_NAMESPACES, CHILD_REQUEST, ADMISSION_LIMIT];
+
+/// The quota rules read its quota labels (the tree), the annotations above and koord-webhook's
+/// own, its max (pod admission) and the identity the ledger compares; nothing else of its metadata,
+/// nor its min or status (the tree keeps min; `used` is checked on the reviewed quota only).
 impl Slim for ElasticQuota {
     fn slim(&mut self) {
-        let labels = self.metadata.labels.take();
+        let labels = self.metadata.labels.take().and_then(|mut l| {
+            l.retain(|k, _| k.starts_with(QUOTA_PREFIX));
+            (!l.is_empty()).then_some(l)
+        });
         let annotations = self.metadata.annotations.take().and_then(|mut a| {
-            a.retain(|k, _| k.starts_with(QUOTA_PREFIX) || k.starts_with(OWN_PREFIX));
+            a.retain(|k, _| {
+                QUOTA_ANNOTATIONS_READ.contains(&k.as_str()) || k.starts_with(OWN_PREFIX)
+            });
             (!a.is_empty()).then_some(a)
         });
         self.metadata = ObjectMeta {
@@ -81,6 +92,8 @@ impl Slim for ElasticQuota {
             annotations,
             ..identity(&mut self.metadata)
         };
+        self.spec.min = None;
+        self.status = None;
     }
 }
 
@@ -127,16 +140,19 @@ mod tests {
             "metadata": {"name": "q", "namespace": "ns", "uid": "u", "resourceVersion": "7",
                 "labels": {"quota.scheduling.koordinator.sh/parent": "p", "team": "a"},
                 "annotations": {LAST_APPLIED: "{}", "quota.scheduling.koordinator.sh/child-request": "{}",
+                                "quota.scheduling.koordinator.sh/runtime": "{}",
                                 "koord-webhook/child-request-recent": "[]", "other.tool/x": "y"},
                 "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
-            "spec": {"max": {"cpu": "1"}}
+            "spec": {"min": {"cpu": "1"}, "max": {"cpu": "1"}},
+            "status": {"used": {"cpu": "1"}}
         }))
         .unwrap();
         q.slim();
         let m = &q.metadata;
         assert_eq!(m.managed_fields, None);
         assert_eq!(m.resource_version.as_deref(), Some("7"));
-        assert_eq!(m.labels.as_ref().unwrap().len(), 2);
+        let labels: Vec<_> = m.labels.as_ref().unwrap().keys().cloned().collect();
+        assert_eq!(labels, ["quota.scheduling.koordinator.sh/parent"]);
         let kept: Vec<_> = m.annotations.as_ref().unwrap().keys().cloned().collect();
         assert_eq!(
             kept,
@@ -146,6 +162,7 @@ mod tests {
             ]
         );
         assert!(q.spec.max.is_some());
+        assert_eq!((q.spec.min, q.status), (None, None));
     }
 
     #[test]

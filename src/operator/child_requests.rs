@@ -170,10 +170,10 @@ impl Recount {
             now,
             self.quiet,
         );
-        let mut recorded = annotation(cached, CHILD_REQUEST)
+        let recorded = annotation(cached, CHILD_REQUEST)
             .and_then(|j| Resources::parse_json(j).ok())
-            .unwrap_or_default();
-        recorded.0.retain(|_, q| !q.is_zero());
+            .unwrap_or_default()
+            .without_zeros();
         if recorded == target.used && recent::read(cached) == target.recent {
             return None;
         }

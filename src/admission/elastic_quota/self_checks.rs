@@ -58,7 +58,7 @@ pub fn check(quota: &ElasticQuota) -> Result<(), String> {
         }
     }
 
-    for (key, min_value) in &min.0 {
+    for (key, min_value) in min.iter() {
         if !max.contains(key) {
             return Err(format!(
                 "resourceKey {key} of quota {name} is included in min, which is not included in max"

@@ -121,7 +121,7 @@ fn kubernetes_qos(pod: &Pod) -> &'static str {
         let requests = list(res.and_then(|r| r.requests.as_ref()));
         let limits = list(res.and_then(|r| r.limits.as_ref()));
         for name in ["cpu", "memory"] {
-            let (req, lim) = (requests.0.get(name), limits.0.get(name));
+            let (req, lim) = (requests.value(name), limits.value(name));
             if req.is_some_and(|q| !q.is_zero()) || lim.is_some_and(|q| !q.is_zero()) {
                 any = true;
             }

@@ -17,8 +17,7 @@ use crate::admission::ports::{QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
 use crate::resources::Resources;
 
-pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
-pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
+pub use crate::apis::keys::{ADMISSION_LIMIT, CHILD_REQUEST};
 /// Audit annotation carrying the child-request value evaluation wrote (or would write). The API
 /// server prefixes it with the webhook's name (`vpod.koordinator.sh/child-request`) and drops a key
 /// that is not a plain name (it was `koord-webhook/child-request`: dropped, with a warning logged by
@@ -132,7 +131,6 @@ impl ChildRequests {
     /// [`Self::usage_of`] for a quota whose max is `max`.
     pub fn usage_within(max: &Resources, requests: &Resources) -> Resources {
         requests
-            .0
             .iter()
             .filter(|(k, q)| max.contains(k) && !q.is_zero())
             .map(|(k, q)| (k.clone(), *q))
@@ -145,7 +143,6 @@ impl ChildRequests {
         new_used.add(usage);
         let exceeded: Vec<&String> = self
             .limit
-            .0
             .iter()
             .filter(|(k, limit)| usage.contains(k) && new_used.get(k) > **limit)
             .map(|(k, _)| k)
@@ -154,7 +151,7 @@ impl ChildRequests {
             let only = |r: &Resources| -> Resources {
                 exceeded
                     .iter()
-                    .filter_map(|k| r.0.get(*k).map(|q| ((*k).clone(), *q)))
+                    .filter_map(|k| r.value(k).map(|q| ((*k).clone(), q)))
                     .collect()
             };
             return Err(format!(
