@@ -127,24 +127,58 @@ fn quantity_error(value: &serde_json::Value) -> Option<serde_json::Error> {
         .find_map(|q| GoQuantity::deserialize(q).err())
 }
 
+/// `system-config` as the check of `resource-qos-config` reads it (its network QoS totals).
+/// Koordinator parses it with the QoS key: absent, it is empty text, which does not parse; `null`
+/// leaves no system config, and then network QoS is not checked at all.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SystemForQos {
+    Parsed(SystemCfg),
+    Null,
+    /// The parser's error.
+    Unreadable(String),
+}
+
+impl SystemForQos {
+    pub fn read(text: Option<&str>) -> Self {
+        let text = text.unwrap_or_default();
+        if go_json::read(text).is_ok_and(|v| v.is_null()) {
+            return SystemForQos::Null;
+        }
+        match Parsed::parse(ConfigKey::System, text) {
+            Ok(Parsed::System(s)) => SystemForQos::Parsed(s),
+            Ok(_) => SystemForQos::Null,
+            Err(e) => SystemForQos::Unreadable(e.to_string()),
+        }
+    }
+}
+
 /// What a key's check needs besides its text.
 pub struct CheckEnv<'a> {
     /// `namespace/name` of the ConfigMap, for parse errors.
     pub config_map: &'a str,
     pub name_need_check: bool,
-    /// `system-config` of the same ConfigMap when it parses (network QoS totals).
-    pub system: Option<&'a SystemCfg>,
+    /// `system-config` of the same ConfigMap (network QoS totals).
+    pub system: &'a SystemForQos,
 }
 
 /// The checks of one key, in order: parse, node selectors, field rules, names, overlap.
 pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parsed, ConfigError> {
-    let parsed = Parsed::parse(key, text).map_err(|e| {
+    let parse_failed = |key: ConfigKey, e: &dyn std::fmt::Display| {
         ConfigError::ParseConfigFail(format!(
             "Failed to parse {} config in configmap {}, err: {e}",
             key.parse_name(),
             env.config_map
         ))
-    })?;
+    };
+    let parsed = Parsed::parse(key, text).map_err(|e| parse_failed(key, &e))?;
+    // The QoS key's check reads the system config right after its own text.
+    let system = match (&parsed, env.system) {
+        (Parsed::ResourceQos(_), SystemForQos::Unreadable(e)) => {
+            return Err(parse_failed(ConfigKey::System, e));
+        }
+        (_, SystemForQos::Parsed(s)) => Some(s),
+        _ => None,
+    };
     let config = key.data_key();
     let profiles = parsed.profiles();
     for profile in &profiles {
@@ -171,7 +205,7 @@ pub fn check_key(key: ConfigKey, text: &str, env: &CheckEnv<'_>) -> Result<Parse
         return Err(ConfigError::FieldsInvalid(violations.errors));
     }
     if let Parsed::ResourceQos(qos) = &parsed {
-        network_qos::check(qos, env.system).map_err(ConfigError::Plain)?;
+        network_qos::check(qos, system).map_err(ConfigError::Plain)?;
     }
     if env.name_need_check {
         let mut seen = BTreeSet::new();

@@ -83,12 +83,12 @@ impl Field<'_> {
 
     /// `min=n` / `gte=n`.
     pub fn min(self, n: f64) -> Self {
-        self.rule(|v| v >= n, || format!("must be {n} or greater"))
+        self.rule(|v| v >= n, || format!("must be {} or greater", bound(n)))
     }
 
     /// `max=n` / `lte=n`.
     pub fn max(self, n: f64) -> Self {
-        self.rule(|v| v <= n, || format!("must be {n} or less"))
+        self.rule(|v| v <= n, || format!("must be {} or less", bound(n)))
     }
 
     pub fn range(self, low: f64, high: f64) -> Self {
@@ -97,7 +97,7 @@ impl Field<'_> {
 
     /// `gt=n`.
     pub fn gt(self, n: f64) -> Self {
-        self.rule(|v| v > n, || format!("must be greater than {n}"))
+        self.rule(|v| v > n, || format!("must be greater than {}", bound(n)))
     }
 
     /// `gtfield=Other`: the other field must be set and smaller.
@@ -434,4 +434,23 @@ pub fn check_colocation(cfg: &ColocationCfg) -> Violations {
         v.path.pop();
     }
     v
+}
+/// A rule's bound as Koordinator's validator messages print it (English number formatting): whole
+/// numbers grouped by thousands (`7,999`), others as written.
+pub(super) fn bound(n: f64) -> String {
+    if n.fract() != 0.0 || n.abs() >= 1e15 {
+        return n.to_string();
+    }
+    let digits = (n.abs() as u64).to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0.0 {
+        grouped.push('-');
+    }
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(d);
+    }
+    grouped
 }

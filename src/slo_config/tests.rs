@@ -8,7 +8,8 @@ fn env(name_need_check: bool) -> CheckEnv<'static> {
     CheckEnv {
         config_map: "koordinator-system/slo-controller-config",
         name_need_check,
-        system: None,
+        // A system config without strategies: network QoS is checked, against no bandwidth.
+        system: Box::leak(Box::new(SystemForQos::Parsed(SystemCfg::default()))),
     }
 }
 
@@ -175,7 +176,7 @@ fn resource_threshold_rules_and_pairs() {
         ),
         field_err(
             &format!("{p}.AllocatableEvictPriorityThreshold"),
-            "AllocatableEvictPriorityThreshold must be 7999 or less"
+            "AllocatableEvictPriorityThreshold must be 7,999 or less"
         )
     );
     let n = node(
@@ -248,6 +249,23 @@ fn resource_qos_rules() {
         ),
         "ClusterStrategy total net bandwidth percentage already over 100"
     );
+    // The system config is read with the QoS key: one that does not parse (absent: empty text)
+    // refuses the QoS key, one that is `null` leaves network QoS unchecked.
+    let over = json!({"clusterStrategy": {"lsrClass": {"networkQOS": {"ingressRequest": 170}}}});
+    let with = |system: &SystemForQos| {
+        let env = CheckEnv {
+            system,
+            ..env(false)
+        };
+        check_key(K, &over.to_string(), &env).map_err(|e| e.to_string())
+    };
+    assert!(
+        with(&SystemForQos::read(None))
+            .unwrap_err()
+            .starts_with(r#"___{"reason":"ParseConfigFail","message":"Failed to parse System config in configmap koordinator-system/slo-controller-config, err: EOF"#)
+    );
+    assert!(with(&SystemForQos::read(Some(" null "))).is_ok());
+    assert!(with(&SystemForQos::read(Some("{}"))).is_err());
 }
 
 #[test]
@@ -421,5 +439,22 @@ fn a_bad_quantity_is_reported_before_a_type_mismatch_as_go_does() {
     for total in [json!(-5), json!(null), json!(" 1Gi ")] {
         let text = json!({"clusterStrategy": {"totalNetworkBandwidth": total}}).to_string();
         assert!(Parsed::parse(ConfigKey::System, &text).is_ok(), "{text}");
+    }
+}
+
+#[test]
+fn bounds_are_printed_as_koordinators_validator_prints_them() {
+    for (n, text) in [
+        (0.0, "0"),
+        (100.0, "100"),
+        (1000.0, "1,000"),
+        (7999.0, "7,999"),
+        (10000.0, "10,000"),
+        (1234567.0, "1,234,567"),
+        (-25.0, "-25"),
+        (-2500.0, "-2,500"),
+        (0.5, "0.5"),
+    ] {
+        assert_eq!(rules::bound(n), text);
     }
 }

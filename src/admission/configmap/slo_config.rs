@@ -11,7 +11,7 @@ use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::offload;
 use crate::admission::outcome::{PluginResult, Rejection};
 use crate::cache::Cache;
-use crate::slo_config::{self, CheckEnv, ConfigKey, Parsed};
+use crate::slo_config::{self, CheckEnv, ConfigKey, SystemForQos};
 
 pub struct SloConfigCheck;
 
@@ -81,17 +81,12 @@ impl Input {
 
 fn check(input: Input) -> PluginResult {
     let data = &input.data;
-    // Network QoS totals come from the same ConfigMap's system-config, when it parses.
-    let system = data.get(ConfigKey::System.data_key()).and_then(|t| {
-        match Parsed::parse(ConfigKey::System, t) {
-            Ok(Parsed::System(s)) => Some(s),
-            _ => None,
-        }
-    });
+    // Network QoS totals come from the same ConfigMap's system-config.
+    let system = SystemForQos::read(data.get(ConfigKey::System.data_key()).map(String::as_str));
     let env = CheckEnv {
         config_map: &input.config_map_name,
         name_need_check: input.name_need_check,
-        system: system.as_ref(),
+        system: &system,
     };
 
     let mut checked = Vec::new();

@@ -191,6 +191,7 @@ pub(super) fn node_status_case(rng: &mut Rng) -> Case {
             json!("{\"cpu\":\"1.5\"}"),
             json!("{\"cpu\":1.5,\"memory\":2}"),
             json!("null"),
+            json!("{}"),
             json!("not json"),
             json!("{\"cpu\":0.5}"),
         ])
@@ -259,6 +260,9 @@ fn number(rng: &mut Rng) -> Value {
         json!(50),
         json!(100),
         json!(101),
+        json!(1000),
+        json!(7999),
+        json!(12000),
         json!(0.5),
         json!("7"),
         Value::Null,
@@ -289,6 +293,51 @@ fn node_strategy(rng: &mut Rng, fields: &[&str]) -> Value {
 }
 
 /// The slo-controller ConfigMap with one or two of its keys, valid and broken.
+/// `resource-qos-config` with network QoS (percentages, quantities, both, out of range) and a
+/// memory QoS bound of four digits, for the cluster and one node strategy.
+fn resource_qos(rng: &mut Rng) -> Value {
+    let strategy = |rng: &mut Rng| {
+        let mut classes = serde_json::Map::new();
+        for class in ["lsrClass", "lsClass", "beClass"] {
+            if !rng.chance(50) {
+                continue;
+            }
+            let mut net = serde_json::Map::new();
+            for field in ["ingressRequest", "ingressLimit", "egressRequest", "egressLimit"] {
+                if rng.chance(40) {
+                    let value = rng
+                        .pick(&[
+                            json!(30),
+                            json!(60),
+                            json!(100),
+                            json!(101),
+                            json!(-1),
+                            json!("50"),
+                            json!("100M"),
+                            json!("abc"),
+                        ])
+                        .clone();
+                    net.insert(field.into(), value);
+                }
+            }
+            let mut qos = json!({"networkQOS": net});
+            if rng.chance(20) {
+                qos["memoryQOS"] = json!({"wmarkScalePermill": rng.pick(&[json!(500), json!(1001)]).clone()});
+            }
+            classes.insert(class.into(), qos);
+        }
+        Value::Object(classes)
+    };
+    let mut cfg = json!({"clusterStrategy": strategy(rng)});
+    if rng.chance(30) {
+        let mut node = strategy(rng);
+        node["name"] = json!("n");
+        node["nodeSelector"] = json!({"matchLabels": {"pool": "x"}});
+        cfg["nodeStrategies"] = json!([node]);
+    }
+    cfg
+}
+
 pub(super) fn slo_config_case(rng: &mut Rng) -> Case {
     let colocation = [
         "cpuReclaimThresholdPercent",
@@ -300,6 +349,7 @@ pub(super) fn slo_config_case(rng: &mut Rng) -> Case {
         "metricAggregateDurationSeconds",
     ];
     let threshold = [
+        "allocatableEvictPriorityThreshold",
         "cpuSuppressThresholdPercent",
         "memoryEvictThresholdPercent",
         "memoryEvictLowerPercent",
@@ -354,11 +404,27 @@ pub(super) fn slo_config_case(rng: &mut Rng) -> Case {
                 json!("abc"),
                 json!(-5),
                 json!(""),
+                Value::Null,
             ])
             .clone();
         let cfg = json!({"clusterStrategy": {cased(rng, "totalNetworkBandwidth"): bandwidth, "minFreeKbytesFactor": number(rng)}});
         data.insert(
             "system-config".into(),
+            json!(serde_json::to_string(&cfg).unwrap()),
+        );
+    } else if rng.chance(20) {
+        data.insert("system-config".into(), json!(*rng.pick(&["null", "{}"])));
+    }
+    if rng.chance(40) {
+        data.insert(
+            "resource-qos-config".into(),
+            json!(serde_json::to_string(&resource_qos(rng)).unwrap()),
+        );
+    }
+    if rng.chance(20) {
+        let cfg = json!({"clusterStrategy": {cased(rng, "cpuBurstPercent"): number(rng)}});
+        data.insert(
+            "cpu-burst-config".into(),
             json!(serde_json::to_string(&cfg).unwrap()),
         );
     }
