@@ -65,6 +65,9 @@ pub const SECRET_TLS: &str = "webhook-tls";
 pub const SECRET_CA: &str = "webhook-ca";
 /// koord-manager's webhook Secret, whose CA koord-webhook takes over on first start (certs::adopt).
 pub const KOORDINATOR_CA_SECRET: &str = "koordinator-webhook-certs";
+/// Records that koord-manager's CA was taken over, so that it is taken over once per installation
+/// (deleting our Secrets after a key leak must not bring the same CA back). Removed by `uninstall`.
+pub const CA_ADOPTION_RECORD: &str = "koord-webhook-ca-adoption";
 /// The leader election Lease.
 pub const LEASE: &str = "koord-webhook";
 /// The ConfigMap through which replicas admit ElasticQuota changes one at a time.

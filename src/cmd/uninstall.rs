@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 
 use crate::apis::all_crds;
 use crate::names::{APP_NAME, SERVICE_NAME, selector};
-use crate::names::{LEASE, SECRET_CA, SECRET_TLS};
+use crate::names::{CA_ADOPTION_RECORD, LEASE, QUOTA_LEDGER, SECRET_CA, SECRET_TLS};
 use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 #[derive(Debug, Clone)]
@@ -111,7 +111,8 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
         delete_admission(&client, namespace).await?;
     }
 
-    // 3. The rest of the install, and what the operator made (Secrets, Lease).
+    // 3. The rest of the install, and what the operator made (Secrets, Lease, the quota ledger and
+    //    the record of a CA taken over: a new installation may take koord-manager's CA over again).
     delete(
         &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
         APP_NAME,
@@ -121,6 +122,9 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     delete(&secrets, SECRET_TLS).await?;
     delete(&secrets, SECRET_CA).await?;
     delete(&Api::<Lease>::namespaced(client.clone(), namespace), LEASE).await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    delete(&config_maps, QUOTA_LEDGER).await?;
+    delete(&config_maps, CA_ADOPTION_RECORD).await?;
     delete(
         &Api::<RoleBinding>::namespaced(client.clone(), namespace),
         APP_NAME,

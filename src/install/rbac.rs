@@ -7,8 +7,8 @@ use k8s_openapi::api::rbac::v1::{
 use kube::api::ObjectMeta;
 
 use crate::names::{
-    APP_NAME, KOORDINATOR_CA_SECRET, LEASE, MUTATING_CONFIGURATION, QUOTA_LEDGER, SECRET_CA,
-    SECRET_TLS, VALIDATING_CONFIGURATION, app_labels, namespace,
+    APP_NAME, CA_ADOPTION_RECORD, KOORDINATOR_CA_SECRET, LEASE, MUTATING_CONFIGURATION,
+    QUOTA_LEDGER, SECRET_CA, SECRET_TLS, VALIDATING_CONFIGURATION, app_labels, namespace,
 };
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
@@ -138,14 +138,16 @@ pub fn role() -> Role {
                     crate::admission::settings::DEFAULT_SLO_CONFIG_NAME,
                     crate::admission::settings::DEFAULT_ENHANCED_VALIDATOR_CONFIG,
                     QUOTA_LEDGER,
+                    CA_ADOPTION_RECORD,
                 ],
             ),
-            // The ElasticQuota ledger, created by server-side apply.
+            // The ElasticQuota ledger and the record of a CA taken over, created by server-side
+            // apply.
             rule(
                 &[""],
                 &["configmaps"],
                 &["create", "update", "patch"],
-                &[QUOTA_LEDGER],
+                &[QUOTA_LEDGER, CA_ADOPTION_RECORD],
             ),
             // The Lease: created by the first replica (a plain create, which RBAC cannot limit by
             // name), then renewed by name.

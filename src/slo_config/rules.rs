@@ -447,7 +447,7 @@ pub(super) fn bound(n: f64) -> String {
         grouped.push('-');
     }
     for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             grouped.push(',');
         }
         grouped.push(d);

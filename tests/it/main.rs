@@ -7,6 +7,7 @@
 mod support;
 
 mod beside_koordinator;
+mod ca_adoption;
 mod cache_watch;
 mod conformance;
 mod control_plane;

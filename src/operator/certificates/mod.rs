@@ -11,7 +11,7 @@ mod tests;
 
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
@@ -25,8 +25,12 @@ use crate::metrics::labels::KindLabels;
 use crate::metrics::operator::CertLabels;
 use crate::names::FIELD_MANAGER;
 use crate::names::namespace;
-use crate::names::{SECRET_CA, SECRET_TLS};
-use plan::{CertEvent, KoordinatorCa, Observed};
+use crate::names::{CA_ADOPTION_RECORD, SECRET_CA, SECRET_TLS};
+use plan::{AdoptedBefore, CertEvent, KoordinatorCa, Observed};
+
+/// The adoption record's keys: koord-manager's Secret, and when (RFC 3339).
+const RECORD_SECRET: &str = "secret";
+const RECORD_AT: &str = "adoptedAt";
 pub use plan::{CertPolicy, Next};
 
 /// Why a certificate pass stopped: a read or write of the API, the fence, or issuing.
@@ -176,6 +180,68 @@ impl Issuer {
         Ok(())
     }
 
+    /// The record of an earlier takeover of koord-manager's CA, if any; why it cannot be read.
+    async fn adopted_before(&self) -> Result<Option<AdoptedBefore>, String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace());
+        let record = api
+            .get_opt(CA_ADOPTION_RECORD)
+            .await
+            .map_err(|e| format!("cannot read ConfigMap {CA_ADOPTION_RECORD}: {e}"))?;
+        Ok(record.map(|r| {
+            let field = |k: &str| {
+                r.data
+                    .as_ref()
+                    .and_then(|d| d.get(k))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            AdoptedBefore {
+                secret: field(RECORD_SECRET),
+                at: field(RECORD_AT),
+            }
+        }))
+    }
+
+    /// Records that koord-manager's CA in `secret` is taken over now.
+    async fn record_adoption(&self, secret: &str, metrics: &Metrics) -> Result<(), WriteError> {
+        let record = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(CA_ADOPTION_RECORD.to_owned()),
+                namespace: Some(namespace().to_owned()),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_owned(),
+                        FIELD_MANAGER.to_owned(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            data: Some(
+                [
+                    (RECORD_SECRET.to_owned(), secret.to_owned()),
+                    (
+                        RECORD_AT.to_owned(),
+                        plan::timestamp(SystemTime::now()).to_string(),
+                    ),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        self.leadership.check()?;
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(CA_ADOPTION_RECORD, &params, &Patch::Apply(&record))
+            .await?;
+        metrics
+            .operator
+            .writes
+            .get_or_create(&KindLabels { kind: "configmap" })
+            .inc();
+        Ok(())
+    }
+
     /// koord-manager's CA, read on a first start only: `None` when its Secret or its keys are absent.
     async fn koordinator_ca(&self) -> Result<Option<KoordinatorCa>, PassError> {
         let Some(name) = &self.policy.adopt_ca_secret else {
@@ -207,15 +273,34 @@ impl Issuer {
         let ca_secret = api.get_opt(SECRET_CA).await?;
         let tls_secret = api.get_opt(SECRET_TLS).await?;
         let first_start = plan::is_first_start(ca_secret.is_some(), tls_secret.is_some());
+        let takeover = first_start && self.policy.adopt_ca_secret.is_some();
+        let adopted_before = match takeover {
+            true => self.adopted_before().await,
+            false => Ok(None),
+        };
+        let koordinator_ca = match (takeover, adopted_before.as_ref()) {
+            (true, Ok(None)) => self.koordinator_ca().await?,
+            // Without the record it cannot be told whether the CA was taken over before: not now.
+            (true, Err(why)) => Some(KoordinatorCa {
+                secret: self.policy.adopt_ca_secret.clone().unwrap_or_default(),
+                ca: Err(CertError::Ca(why.clone())),
+            }),
+            _ => None,
+        };
         let observed = Observed {
             ca: ca_secret.as_ref().and_then(secrets::read_ca),
             tls: tls_secret.as_ref().and_then(secrets::read_tls),
-            koordinator_ca: match first_start {
-                true => self.koordinator_ca().await?,
-                false => None,
-            },
+            koordinator_ca,
+            adopted_before: adopted_before.ok().flatten(),
         };
         let plan = plan::plan(observed, &self.policy, SystemTime::now())?;
+        // The record before the CA: a pass that stops between the two issues a new CA next time
+        // rather than taking koord-manager's over twice.
+        for event in &plan.events {
+            if let CertEvent::CaAdopted { secret } = event {
+                self.record_adoption(secret, metrics).await?;
+            }
+        }
         if plan.write_ca {
             self.apply(&secrets::ca_secret(&plan.ca), metrics).await?;
         }

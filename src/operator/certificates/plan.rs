@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::certs::{CertError, PemPair, authority};
+use crate::names::CA_ADOPTION_RECORD;
 use crate::operator::secrets::{CaState, Phase, TlsState};
 
 /// How certificates are issued and rotated (the `serve` flags of the same names).
@@ -43,8 +44,21 @@ pub struct Observed {
     pub ca: Option<CaState>,
     /// `webhook-tls`; `None` when absent or unusable.
     pub tls: Option<TlsState>,
-    /// koord-manager's CA, read on a first start only ([`is_first_start`]).
+    /// koord-manager's CA, read on a first start only ([`is_first_start`]) and only when it was
+    /// not taken over before ([`Self::adopted_before`]).
     pub koordinator_ca: Option<KoordinatorCa>,
+    /// On a first start: the record of an earlier takeover of koord-manager's CA by this
+    /// installation (what it says), which spends the takeover.
+    pub adopted_before: Option<AdoptedBefore>,
+}
+
+/// The record of koord-manager's CA taken over (`CA_ADOPTION_RECORD`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdoptedBefore {
+    /// koord-manager's Secret, as recorded.
+    pub secret: String,
+    /// When, as recorded (RFC 3339).
+    pub at: String,
 }
 
 /// koord-manager's CA as found in its Secret, usable or why not.
@@ -87,6 +101,9 @@ pub enum CertEvent {
         secret: String,
         why: String,
     },
+    /// Our Secrets are gone again after koord-manager's CA was taken over once: a new CA, not
+    /// that one again (a leaked key must not come back).
+    CaAdoptionSpent(AdoptedBefore),
     /// A new CA; `beside_old_trust`: after a loss, next to the trust still in place.
     CaIssued {
         beside_old_trust: bool,
@@ -102,6 +119,7 @@ impl CertEvent {
         match self {
             CertEvent::CaAdopted { .. } => "CAAdopted",
             CertEvent::CaNotAdopted { .. } => "CANotAdopted",
+            CertEvent::CaAdoptionSpent(_) => "CAAdoptionSpent",
             CertEvent::CaIssued { .. } => "CAIssued",
             CertEvent::CaRotationStarted => "CARotationStarted",
             CertEvent::CaRotationServing => "CARotationServing",
@@ -122,6 +140,9 @@ impl CertEvent {
             CertEvent::CaNotAdopted { secret, why } => {
                 format!("the CA of Secret {secret} is not usable ({why}): issuing a new CA")
             }
+            CertEvent::CaAdoptionSpent(AdoptedBefore { secret, at }) => format!(
+                "the CA of Secret {secret} was taken over once already by this installation (at {at}, ConfigMap {CA_ADOPTION_RECORD}): issuing a new CA; delete that ConfigMap to take it over again"
+            ),
             CertEvent::CaIssued {
                 beside_old_trust: true,
             } => "webhook-ca was lost or unusable: issued a new CA, published next to the trust in place".to_owned(),
@@ -175,7 +196,12 @@ pub fn plan(observed: Observed, policy: &CertPolicy, now: SystemTime) -> Result<
             });
             None
         }
-        None => None,
+        None => {
+            if let Some(before) = observed.adopted_before {
+                events.push(CertEvent::CaAdoptionSpent(before));
+            }
+            None
+        }
     };
     let mut ca = match (usable, adopted) {
         (Some(ca), _) => ca,
@@ -358,6 +384,6 @@ pub fn phase_step(
 }
 
 /// `now` as the Secrets record it.
-fn timestamp(now: SystemTime) -> jiff::Timestamp {
+pub(super) fn timestamp(now: SystemTime) -> jiff::Timestamp {
     jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }

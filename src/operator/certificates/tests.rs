@@ -44,6 +44,7 @@ fn stored(plan: &Plan) -> Observed {
         ca: secrets::read_ca(&secrets::ca_secret(&plan.ca)),
         tls: secrets::read_tls(&secrets::tls_secret(&plan.tls, &plan.ca)),
         koordinator_ca: None,
+        adopted_before: None,
     }
 }
 
@@ -52,6 +53,7 @@ fn stored_ca(ca: &CaState, tls: &TlsState) -> Observed {
         ca: secrets::read_ca(&secrets::ca_secret(ca)),
         tls: secrets::read_tls(&secrets::tls_secret(tls, ca)),
         koordinator_ca: None,
+        adopted_before: None,
     }
 }
 
@@ -372,6 +374,35 @@ fn koord_managers_ca_is_taken_over_on_a_first_start() {
         }
     );
     assert_ne!(refused.ca.ca, theirs);
+}
+
+/// Once taken over, koord-manager's CA is not taken over again when our Secrets are gone (the
+/// pass does not read it then): a new CA, and an Event that says why and how to allow it again.
+#[test]
+fn koord_managers_ca_is_taken_over_once_per_installation() {
+    let before = AdoptedBefore {
+        secret: "koordinator-webhook-certs".into(),
+        at: "2026-11-27T10:00:00Z".into(),
+    };
+    let spent = plan_at(
+        Observed {
+            adopted_before: Some(before.clone()),
+            ..Observed::default()
+        },
+        0.0,
+    );
+    assert_eq!(
+        spent.events,
+        [
+            CertEvent::CaAdoptionSpent(before),
+            CertEvent::CaIssued {
+                beside_old_trust: false
+            },
+            CertEvent::CertificateIssued
+        ]
+    );
+    assert!(!spent.events[0].is_warning());
+    assert!(spent.events[0].note().contains("delete that ConfigMap"));
 }
 
 #[test]

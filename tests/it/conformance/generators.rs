@@ -303,7 +303,12 @@ fn resource_qos(rng: &mut Rng) -> Value {
                 continue;
             }
             let mut net = serde_json::Map::new();
-            for field in ["ingressRequest", "ingressLimit", "egressRequest", "egressLimit"] {
+            for field in [
+                "ingressRequest",
+                "ingressLimit",
+                "egressRequest",
+                "egressLimit",
+            ] {
                 if rng.chance(40) {
                     let value = rng
                         .pick(&[
@@ -322,7 +327,8 @@ fn resource_qos(rng: &mut Rng) -> Value {
             }
             let mut qos = json!({"networkQOS": net});
             if rng.chance(20) {
-                qos["memoryQOS"] = json!({"wmarkScalePermill": rng.pick(&[json!(500), json!(1001)]).clone()});
+                qos["memoryQOS"] =
+                    json!({"wmarkScalePermill": rng.pick(&[json!(500), json!(1001)]).clone()});
             }
             classes.insert(class.into(), qos);
         }
