@@ -266,7 +266,7 @@ def bench_phase(row):
         return "rotation"
     if name == "apiserver":
         return "apiserver"
-    if name == "largest-reviews":
+    if name in ("largest-reviews", "hostile-shapes"):
         return "memory"
     if row.get("endpoint") == "mutate-node-status":
         return "node"

@@ -354,6 +354,20 @@ if memory:
     print(table(["endpoint", "body MiB", "at once", "idle MiB", "peak MiB", "peak / 256 MiB", "answered 200",
                  "refused 503", "other (413)"], lines))
 
+hostile = [r for r in rows if r["phase"] == "hostile-shapes"]
+if hostile:
+    print("\n### Hostile shapes (issue 41)\n")
+    print("The most JSON values per byte where no rule reads them, posted to a fresh `serve --state "
+          "--memory-limit 256Mi` (decode budget 96 MiB): zeros in a pod review's `request.options` "
+          "(skipped, never decoded), in an ElasticQuota's `managedFields` and in a "
+          "ClusterColocationProfile's `spec.patch` (an UPDATE carries it twice). Targets: the 8 MiB "
+          "`options` review peaks under 160 MiB, the 3 MiB profile patch under 80 MiB.\n")
+    lines = [[r["endpoint"], fmt(r["body_mib"]), fmt(r["concurrent"]), fmt(r["idle_mib"]),
+              fmt(r["peak_mib"]), ratio(r["peak_mib"], 256.0), fmt(r["answered"]), fmt(r["refused_503"]),
+              r["other"] or "-"] for r in hostile]
+    print(table(["shape and endpoint", "body MiB", "at once", "idle MiB", "peak MiB", "peak / 256 MiB",
+                 "answered 200", "refused 503", "other codes"], lines))
+
 
 def sections(text):
     """(heading, text) of each `## ` section, the text before the first one under ''."""

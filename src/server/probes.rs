@@ -3,18 +3,22 @@
 //! holding its connections made every `/readyz` time out, so replicas went unready and were
 //! restarted in a loop. Here each connection gets one request: its head must arrive within
 //! [`HEAD_TIMEOUT`], the answer closes it, one address holds at most [`PER_ADDRESS`] connections and
-//! all together at most [`TOTAL`]; the kubelet, calling from its node's address, always finds room.
+//! all together at most [`TOTAL`]. When all are held, a connection from an address that holds fewer
+//! than the busiest one ends that one's oldest ([`FairSlots`]): the kubelet, calling from its node's
+//! address with one probe at a time, always finds room, however many addresses hold the rest.
 //!
 //! Hand-written rather than a second actix server: what is needed is a per-address cap at accept,
 //! which actix-web's listener has no hook for, and two fixed paths (a request line) need no parser.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 
-use super::per_address::PerAddress;
 use crate::state::State;
 
 /// Connections one address may hold at once.
@@ -45,9 +49,93 @@ pub fn answer(state: &State, path: &str) -> (u16, String) {
     }
 }
 
+/// The connections held, by address, oldest first, each with the sender whose drop ends it.
+struct FairSlots {
+    held: Mutex<Held>,
+    per_address: usize,
+    total: usize,
+}
+
+#[derive(Default)]
+struct Held {
+    by_address: HashMap<IpAddr, VecDeque<(u64, oneshot::Sender<()>)>>,
+    count: usize,
+    next_id: u64,
+}
+
+/// One held connection; dropped when it ends.
+struct FairSlot {
+    table: Arc<FairSlots>,
+    ip: IpAddr,
+    id: u64,
+}
+
+impl FairSlots {
+    fn new(per_address: usize, total: usize) -> Arc<Self> {
+        Arc::new(Self {
+            held: Mutex::default(),
+            per_address,
+            total,
+        })
+    }
+
+    /// A slot for a connection from `ip`, and what resolves when it is ended to make room; `None`
+    /// when `ip` holds its maximum, or all are held and no address holds more than `ip`. Among the
+    /// busiest addresses, the one whose oldest connection is oldest gives it up.
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<(FairSlot, oneshot::Receiver<()>)> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = held.by_address.get(&ip).map_or(0, VecDeque::len);
+        if mine >= self.per_address {
+            return None;
+        }
+        if held.count >= self.total {
+            let busiest = held
+                .by_address
+                .iter_mut()
+                .max_by_key(|(_, conns)| {
+                    let oldest = conns.front().map_or(u64::MAX, |(id, _)| *id);
+                    (conns.len(), std::cmp::Reverse(oldest))
+                })
+                .filter(|(_, conns)| conns.len() > mine)?;
+            // Dropping its sender ends the busiest address's oldest connection.
+            busiest.1.pop_front();
+            held.count -= 1;
+        }
+        let (end, ended) = oneshot::channel();
+        let id = held.next_id;
+        held.next_id += 1;
+        held.by_address.entry(ip).or_default().push_back((id, end));
+        held.count += 1;
+        let slot = FairSlot {
+            table: self.clone(),
+            ip,
+            id,
+        };
+        Some((slot, ended))
+    }
+}
+
+impl Drop for FairSlot {
+    fn drop(&mut self) {
+        let mut held = self.table.held.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(conns) = held.by_address.get_mut(&self.ip) else {
+            return;
+        };
+        // Absent when it was ended to make room (already uncounted).
+        if let Some(at) = conns.iter().position(|(id, _)| *id == self.id) {
+            conns.remove(at);
+            let empty = conns.is_empty();
+            if empty {
+                held.by_address.remove(&self.ip);
+            }
+            held.count -= 1;
+        }
+    }
+}
+
 /// Serves the probes on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, state: Arc<State>) {
-    let held = PerAddress::new(PER_ADDRESS, TOTAL);
+    let held = FairSlots::new(PER_ADDRESS, TOTAL);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -58,13 +146,17 @@ pub async fn serve(listener: TcpListener, state: Arc<State>) {
                 continue;
             }
         };
-        let Some(slot) = held.take(peer.ip()) else {
+        let Some((slot, ended)) = held.take(peer.ip()) else {
             // Closed at once: the caller holds too many already.
             continue;
         };
         let state = state.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(HEAD_TIMEOUT, one_request(stream, &state)).await;
+            tokio::select! {
+                _ = tokio::time::timeout(HEAD_TIMEOUT, one_request(stream, &state)) => {}
+                // Ended to make room for an address holding fewer.
+                _ = ended => {}
+            }
             drop(slot);
         });
     }
@@ -181,6 +273,61 @@ mod tests {
             "half a head: closed unanswered"
         );
         server.abort();
+    }
+
+    /// 64 addresses holding 8 connections each fill all 512: a probe from another address ends
+    /// the oldest of a busiest one and is answered. Before, it was closed unanswered until one of
+    /// theirs timed out.
+    #[tokio::test]
+    async fn many_addresses_cannot_starve_the_probes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State::new(Cache::empty(), Arc::new(CertResolver::new())));
+        let server = tokio::spawn(serve(listener, state));
+        let mut held = Vec::new();
+        for a in 0..64u8 {
+            for _ in 0..PER_ADDRESS {
+                held.push(from([127, 0, 1, a + 1], addr).await);
+            }
+        }
+        // Every one of them is held: the server has taken them all (a slot each).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut kubelet = from([127, 0, 0, 1], addr).await;
+        kubelet
+            .write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(&mut kubelet).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
+        server.abort();
+    }
+
+    #[test]
+    fn a_full_table_makes_room_only_for_an_address_holding_fewer() {
+        use oneshot::error::TryRecvError::{Closed, Empty};
+        let table = FairSlots::new(2, 4);
+        let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+        let mut a: Vec<_> = (0..2).map(|_| table.take(ip(1)).unwrap()).collect();
+        let mut b: Vec<_> = (0..2).map(|_| table.take(ip(2)).unwrap()).collect();
+        // Full, two addresses holding two each: a third address ends the oldest of the busiest.
+        let _c = table.take(ip(3)).unwrap();
+        assert_eq!(a[0].1.try_recv(), Err(Closed));
+        assert_eq!(a[1].1.try_recv(), Err(Empty));
+        assert_eq!(b[0].1.try_recv(), Err(Empty));
+        // An address at its cap gets nothing; one holding as many as the busiest neither.
+        assert!(table.take(ip(2)).is_none());
+        let (_d, _) = table.take(ip(4)).unwrap(); // ends address 2's oldest (busiest)
+        assert_eq!(b[0].1.try_recv(), Err(Closed));
+        // Now four addresses hold one each: none of them may take a second.
+        for n in 1..=4 {
+            assert!(table.take(ip(n)).is_none(), "address {n}");
+        }
+        // An ended slot dropped later is not counted twice; a live one is given back.
+        a.remove(0);
+        assert_eq!(table.held.lock().unwrap().count, 4);
+        b.remove(1);
+        assert_eq!(table.held.lock().unwrap().count, 3);
+        assert!(table.take(ip(2)).is_some());
     }
 
     #[tokio::test]
