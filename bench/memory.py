@@ -83,6 +83,10 @@ SHAPES = (
     ("managedfields-zeros", "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota",
      managed_fields_quota_review, 7.9),
     ("profile-patch-zeros", "/validate-clustercolocationprofile", profile_patch_review, 3),
+    # The largest of each that fits the budget: decoded, so these show what reading them costs.
+    ("managedfields-zeros-2mib", "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota",
+     managed_fields_quota_review, 2),
+    ("profile-patch-zeros-1mib", "/validate-clustercolocationprofile", profile_patch_review, 1),
 )
 
 
