@@ -167,7 +167,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Shared::new(state.clone(), admission, args.limits.limits()).with_client_ca(client_ca),
     );
     let addr = SocketAddr::new(args.bind_address, args.port);
-    let listener = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = server::listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");
     let server = server::build(listener, shared.clone())?;
     if let Some(files) = pair_files {

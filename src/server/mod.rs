@@ -24,6 +24,26 @@ pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
 use per_address::PerAddress;
 pub use shared::Shared;
 
+/// Connections waiting to be accepted. std's `bind` asks for 128, which a reconnecting caller fills:
+/// the API server's new connections then wait in SYN retries. The kernel caps it at
+/// `net.core.somaxconn` (4096 by default).
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// A TLS handshake must end within this. actix-tls holds at most 256 handshakes per worker at once
+/// and gives each 3 s by default: a caller that opens connections and never finishes them kept
+/// everyone else's waiting. The API server's handshake takes milliseconds.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (address reuse as std's `bind` sets it).
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
 /// The API server keeps idle webhook connections for 90 s; closing ours sooner causes intermittent
 /// "failed calling webhook" errors when it reuses one we just closed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
@@ -87,6 +107,7 @@ pub fn build(
     .max_connections(limits.max_connections.div_ceil(workers))
     // Headers (and an HTTP/2 handshake) must arrive within this.
     .client_request_timeout(Duration::from_secs(5))
+    .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
     .keep_alive(KEEP_ALIVE)
     .tcp_nodelay(true)
     .shutdown_timeout(10)
@@ -95,4 +116,31 @@ pub fn build(
     .listen_rustls_0_23(listener, tls)?
     .run();
     Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 300 connections wait unaccepted on the admission listener: each completes its handshake
+    /// with the kernel at once (with std's backlog of 128, the 130th waits in SYN retries).
+    #[tokio::test]
+    async fn the_listen_backlog_holds_a_reconnecting_callers_connections() {
+        let listener = listen(([127, 0, 0, 1], 0).into()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut waiting = Vec::new();
+        for i in 0..300 {
+            let connected = tokio::time::timeout(
+                Duration::from_millis(500),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await;
+            assert!(
+                matches!(connected, Ok(Ok(_))),
+                "connection {i} waited: {connected:?}"
+            );
+            waiting.push(connected);
+        }
+        drop(listener);
+    }
 }

@@ -12,6 +12,7 @@ mod cache_watch;
 mod conformance;
 mod control_plane;
 pub(crate) mod generated;
+mod layers;
 mod node;
 mod operator;
 mod operator_admission;

@@ -1,0 +1,185 @@
+//! The layering of docs/architecture.md ("Layers"), checked: every `crate::` path in a file under
+//! `src/` names a module on a lower floor than the file's own top-level module, or its own module.
+//! The table below is the one the document shows; a new top-level module must be given a floor here.
+//! Unit tests are not the library's structure and may use any module for their fixtures: a file's
+//! text from its first `#[cfg(test)]` on, and `tests.rs` files and `tests/` folders, are not read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Top-level modules by floor, lowest first (docs/architecture.md).
+const FLOORS: &[(u8, &[&str])] = &[
+    (
+        1,
+        &[
+            "metrics",
+            "resources",
+            "apis",
+            "features",
+            "tls",
+            "telemetry",
+            "names",
+            "duration",
+            "kubernetes_errors",
+        ],
+    ),
+    (2, &["cache", "selectors", "certs", "cluster_client"]),
+    (3, &["slo_config", "state"]),
+    (4, &["admission"]),
+    (5, &["server", "install", "kube_ports"]),
+    (6, &["operator"]),
+    (7, &["cli"]),
+    (8, &["cmd"]),
+    (9, &["main", "lib"]),
+    // The scripted API server of the operator's unit tests: compiled for tests only.
+    (10, &["scripted_api"]),
+];
+
+fn floor_of(module: &str) -> Option<u8> {
+    FLOORS
+        .iter()
+        .find(|(_, modules)| modules.contains(&module))
+        .map(|(floor, _)| *floor)
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level modules a file's text names through `crate::`, outside comments and before its
+/// unit tests.
+fn crate_paths(text: &str) -> Vec<String> {
+    let text = match text.find("\n#[cfg(test)]") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    let mut named = Vec::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or_default();
+        let mut rest = code;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            // `crate::{a, b::c}` names several.
+            let group = if let Some(inner) = rest.strip_prefix('{') {
+                inner.split('}').next().unwrap_or_default().to_owned()
+            } else {
+                rest.to_owned()
+            };
+            for part in group.split(',') {
+                let name: String = part
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != "self" {
+                    named.push(name);
+                }
+            }
+        }
+    }
+    // A `use crate::{` group that spans lines: the names on the lines that follow.
+    let mut in_group = false;
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or_default().trim();
+        if in_group {
+            if code.starts_with('}') {
+                in_group = false;
+                continue;
+            }
+            let name: String = code
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() && name != "self" {
+                named.push(name);
+            }
+        } else if code.ends_with("crate::{") {
+            in_group = true;
+        }
+    }
+    named
+}
+
+/// Files that import a module on their own floor or above: (file, module it names).
+fn violations(src: &Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap();
+        let is_tests = relative
+            .components()
+            .any(|c| c.as_os_str() == "tests" || c.as_os_str() == "tests.rs");
+        if is_tests {
+            continue;
+        }
+        let top = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        let own = floor_of(&top).unwrap_or_else(|| {
+            panic!("src/{top} has no floor: add it to FLOORS (and docs/architecture.md)")
+        });
+        let text = std::fs::read_to_string(&file).unwrap();
+        for named in crate_paths(&text) {
+            if named == top {
+                continue;
+            }
+            let Some(floor) = floor_of(&named) else {
+                continue; // a macro or item at the crate root, not a module
+            };
+            if floor >= own {
+                found.push((relative.display().to_string(), named));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn every_import_points_down_the_floors() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = violations(&src);
+    let mut by_file: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (file, module) in &found {
+        by_file.entry(file).or_default().push(module);
+    }
+    assert!(
+        by_file.is_empty(),
+        "imports on the same floor or above (docs/architecture.md, \"Layers\"): {by_file:#?}"
+    );
+}
+
+/// The check sees an upward import (and one on the same floor), and not a unit test's.
+#[test]
+fn an_upward_import_is_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = dir.path().join("names.rs");
+    std::fs::write(&leaf, "use crate::admission::Admission;\n").unwrap();
+    std::fs::write(
+        dir.path().join("cache.rs"),
+        "use crate::names;\nuse crate::{metrics, selectors};\n\n#[cfg(test)]\nuse crate::admission;\n",
+    )
+    .unwrap();
+    let found = violations(dir.path());
+    assert_eq!(
+        found,
+        [
+            ("cache.rs".to_owned(), "selectors".to_owned()),
+            ("names.rs".to_owned(), "admission".to_owned())
+        ]
+    );
+}
