@@ -11,6 +11,7 @@ mod ca_adoption;
 mod cache_watch;
 mod conformance;
 mod control_plane;
+mod deadline;
 pub(crate) mod generated;
 mod layers;
 mod node;
