@@ -11,7 +11,7 @@ use koord_webhook::features::FeatureGates;
 use koord_webhook::metrics::Metrics;
 use koord_webhook::resources::Qty;
 use koord_webhook::resources::strategic_merge::{self, POD_KEYS};
-use koord_webhook::slo_config::{self, CheckEnv, ConfigKey};
+use koord_webhook::slo_config::{self, CheckEnv, ConfigKey, SystemForQos};
 
 /// One admission server's handlers over the test fixtures' quota tree and pods, every gate that
 /// adds a rule turned on.
@@ -51,10 +51,12 @@ pub fn slo_config(text: &[u8]) {
     let Ok(text) = std::str::from_utf8(text) else {
         return;
     };
+    // The same text read as the system config too: network QoS is checked against its totals.
+    let system = SystemForQos::read(Some(text));
     let env = CheckEnv {
         config_map: "koordinator-system/slo-controller-config",
         name_need_check: true,
-        system: None,
+        system: &system,
     };
     for key in ConfigKey::CHECK_ORDER {
         let _ = slo_config::check_key(key, text, &env);
