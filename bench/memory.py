@@ -99,42 +99,41 @@ def post(port, path, body_file):
     return out.stdout.strip()
 
 
+def measure(koord, name, path, body_file, n, *extra):
+    """A fresh server, `n` copies of the body at once: its idle and peak RSS and the answers."""
+    server = koord(name, 19531, os.path.join(os.path.dirname(__file__), "state"), *extra)
+    idle = server.rss()
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        codes = list(pool.map(lambda _: post(19531, path, body_file), range(n)))
+    peak = server.peak()
+    server.stop()
+    return {"body_mib": round(os.path.getsize(body_file) / 2**20, 2), "concurrent": n,
+            "idle_mib": idle, "peak_mib": peak,
+            "answered": codes.count("200"), "refused_503": codes.count("503"),
+            "other": [c for c in codes if c not in ("200", "503")]}
+
+
+def write_once(body_file, make):
+    if not os.path.exists(body_file):
+        with open(body_file, "wb") as f:
+            f.write(make())
+
+
 def run(log, record, koord, out):
     for size in SIZES_MIB:
         for path in ("/validate-pod", "/mutate-pod"):
             body_file = os.path.join(out, f"labels-{size}.json")
-            if not os.path.exists(body_file):
-                with open(body_file, "wb") as f:
-                    f.write(label_pod_review(path, size))
+            write_once(body_file, lambda: label_pod_review(path, size))
             for n in CONCURRENCY:
-                server = koord(f"memory-{size}-{n}", 19531, os.path.join(os.path.dirname(__file__), "state"))
-                idle = server.rss()
-                with concurrent.futures.ThreadPoolExecutor(n) as pool:
-                    codes = list(pool.map(lambda _: post(19531, path, body_file), range(n)))
-                peak = server.peak()
-                server.stop()
-                record("largest-reviews", "koord-webhook", path.lstrip("/"),
-                       {"body_mib": round(os.path.getsize(body_file) / 2**20, 2), "concurrent": n,
-                        "idle_mib": idle, "peak_mib": peak,
-                        "answered": codes.count("200"), "refused_503": codes.count("503"),
-                        "other": len([c for c in codes if c not in ("200", "503")])})
+                row = measure(koord, f"memory-{size}-{n}", path, body_file, n)
+                row["other"] = len(row["other"])
+                record("largest-reviews", "koord-webhook", path.lstrip("/"), row)
     # Issue 41's shapes, each alone and two at once, under the chart's limit (256Mi: decode budget
     # 96 MiB, in-flight bytes 64 MiB).
     for name, path, make, size in SHAPES:
         body_file = os.path.join(out, f"{name}.json")
-        if not os.path.exists(body_file):
-            with open(body_file, "wb") as f:
-                f.write(make(size))
+        write_once(body_file, lambda: make(size))
         for n in (1, 2):
-            server = koord(f"memory-{name}-{n}", 19531, os.path.join(os.path.dirname(__file__), "state"),
-                           "--memory-limit", str(256 << 20))
-            idle = server.rss()
-            with concurrent.futures.ThreadPoolExecutor(n) as pool:
-                codes = list(pool.map(lambda _: post(19531, path, body_file), range(n)))
-            peak = server.peak()
-            server.stop()
-            record("hostile-shapes", "koord-webhook", f"{name} {path.lstrip('/')}",
-                   {"body_mib": round(os.path.getsize(body_file) / 2**20, 2), "concurrent": n,
-                    "idle_mib": idle, "peak_mib": peak,
-                    "answered": codes.count("200"), "refused_503": codes.count("503"),
-                    "other": " ".join(sorted(c for c in codes if c not in ("200", "503")))})
+            row = measure(koord, f"memory-{name}-{n}", path, body_file, n, "--memory-limit", str(256 << 20))
+            row["other"] = " ".join(sorted(row["other"]))
+            record("hostile-shapes", "koord-webhook", f"{name} {path.lstrip('/')}", row)

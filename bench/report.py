@@ -340,6 +340,12 @@ if koordinator:
     print("\nTargets (issue 45):\n")
     print(table(["target", "measured", "met"], targets))
 
+def peak_row(name, r, other):
+    """One posted body's row of the memory tables: sizes, peak against the chart's limit, answers."""
+    return [name, fmt(r["body_mib"]), fmt(r["concurrent"]), fmt(r["idle_mib"]), fmt(r["peak_mib"]),
+            ratio(r["peak_mib"], 256.0), fmt(r["answered"]), fmt(r["refused_503"]), other]
+
+
 memory = [r for r in rows if r["phase"] == "largest-reviews"]
 if memory:
     print("\n## The largest reviews at once: peak memory (`bench/run memory`)\n")
@@ -348,9 +354,7 @@ if memory:
           "can send; 7.5 MiB is under the body limit, larger than any review it sends, and its estimate "
           "(132 MiB) is over the whole budget: refused with 413. Peak is the process's VmHWM; the "
           "chart's limit is 256Mi.\n")
-    lines = [[f"/{r['endpoint']}", fmt(r["body_mib"]), fmt(r["concurrent"]), fmt(r["idle_mib"]),
-              fmt(r["peak_mib"]), ratio(r["peak_mib"], 256.0), fmt(r["answered"]), fmt(r["refused_503"]),
-              fmt(r["other"])] for r in memory]
+    lines = [peak_row(f"/{r['endpoint']}", r, fmt(r["other"])) for r in memory]
     print(table(["endpoint", "body MiB", "at once", "idle MiB", "peak MiB", "peak / 256 MiB", "answered 200",
                  "refused 503", "other (413)"], lines))
 
@@ -362,9 +366,7 @@ if hostile:
           "(skipped, never decoded), in an ElasticQuota's `managedFields` and in a "
           "ClusterColocationProfile's `spec.patch` (an UPDATE carries it twice). Targets: the 8 MiB "
           "`options` review peaks under 160 MiB, the 3 MiB profile patch under 80 MiB.\n")
-    lines = [[r["endpoint"], fmt(r["body_mib"]), fmt(r["concurrent"]), fmt(r["idle_mib"]),
-              fmt(r["peak_mib"]), ratio(r["peak_mib"], 256.0), fmt(r["answered"]), fmt(r["refused_503"]),
-              r["other"] or "-"] for r in hostile]
+    lines = [peak_row(r["endpoint"], r, r["other"] or "-") for r in hostile]
     print(table(["shape and endpoint", "body MiB", "at once", "idle MiB", "peak MiB", "peak / 256 MiB",
                  "answered 200", "refused 503", "other codes"], lines))
 

@@ -73,7 +73,7 @@ pub fn build(
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);
     let endpoints: Vec<_> = shared.admission.paths().collect();
-    let held = PerAddress::new(limits.max_connections_per_address, usize::MAX);
+    let held = PerAddress::new(limits.max_connections_per_address);
     let data = web::Data::from(shared);
     let server = HttpServer::new(move || {
         // The kubelet's probes, then one POST route per enabled endpoint; any other method on a

@@ -45,7 +45,7 @@ pub fn build(
     debug: bool,
 ) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::from(shared);
-    let held = PerAddress::new(PER_ADDRESS, usize::MAX);
+    let held = PerAddress::new(PER_ADDRESS);
     Ok(HttpServer::new(move || {
         let app = App::new()
             .wrap_fn(per_address::refuse_when_full)

@@ -209,6 +209,14 @@ mod tests {
         socket.connect(to).await.unwrap()
     }
 
+    /// The probe listener on a free loopback port, with no certificate loaded.
+    async fn start() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State::new(Cache::empty(), Arc::new(CertResolver::new())));
+        (addr, tokio::spawn(serve(listener, state)))
+    }
+
     /// Reads until the peer closes (or 5 s: a test that hangs is a failure, not a wait).
     async fn read_to_close(stream: &mut TcpStream) -> String {
         let mut out = Vec::new();
@@ -218,10 +226,7 @@ mod tests {
 
     #[tokio::test]
     async fn held_connections_cannot_starve_the_probes() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State::new(Cache::empty(), Arc::new(CertResolver::new())));
-        let server = tokio::spawn(serve(listener, state));
+        let (addr, server) = start().await;
 
         // One caller opens 600 connections and sends nothing (the old operations port took 64 and
         // then answered no probe).
@@ -280,10 +285,7 @@ mod tests {
     /// theirs timed out.
     #[tokio::test]
     async fn many_addresses_cannot_starve_the_probes() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State::new(Cache::empty(), Arc::new(CertResolver::new())));
-        let server = tokio::spawn(serve(listener, state));
+        let (addr, server) = start().await;
         let mut held = Vec::new();
         for a in 0..64u8 {
             for _ in 0..PER_ADDRESS {
@@ -332,10 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn other_methods_and_paths_are_refused() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State::new(Cache::empty(), Arc::new(CertResolver::new())));
-        let server = tokio::spawn(serve(listener, state));
+        let (addr, server) = start().await;
         for (request, status) in [
             (&b"POST /readyz HTTP/1.1\r\n\r\n"[..], "405"),
             (b"GET /metrics HTTP/1.1\r\n\r\n", "404"),

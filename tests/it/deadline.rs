@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::Api;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::certs::VALIDATING;
 use support::control_plane::ControlPlane;
 use support::operator::{Cluster, Operator, eventually};
@@ -47,25 +47,7 @@ async fn hold_the_tree(operator: &Operator, name: &str) {
                      "labels": {"quota.scheduling.koordinator.sh/parent": "parent-t"}},
         "spec": {"min": {"cpu": "0", "memory": "0"}, "max": {"cpu": "1", "memory": "1Gi"}}
     });
-    let body = serde_json::to_vec(&support::review::admission_review(
-        &support::review::ELASTIC_QUOTA,
-        "CREATE",
-        "team-t",
-        forged,
-        Value::Null,
-    ))
-    .unwrap();
-    let mut conn = support::tls_client::connect(operator.addr, support::tls_client::Proto::Http1)
-        .await
-        .unwrap();
-    let (_, answer) = conn
-        .post(
-            koord_webhook::admission::webhooks::VALIDATE_ELASTIC_QUOTA,
-            body,
-        )
-        .await;
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    support::review::forge_quota_create(operator.addr, "team-t", forged).await;
 }
 
 /// Raises child-t's min through the API server: its review waits behind the held tree.

@@ -408,25 +408,7 @@ spec: {max: {cpu: "10", memory: 100Gi}}
                      "labels": {"quota.scheduling.koordinator.sh/parent": "parent-a"}},
         "spec": {"min": {"cpu": "0", "memory": "0"}, "max": {"cpu": "1", "memory": "1Gi"}}
     });
-    let body = serde_json::to_vec(&support::review::admission_review(
-        &support::review::ELASTIC_QUOTA,
-        "CREATE",
-        "team-a",
-        forged_quota,
-        Value::Null,
-    ))
-    .unwrap();
-    let mut conn = support::tls_client::connect(operator.addr, support::tls_client::Proto::Http1)
-        .await
-        .unwrap();
-    let (_, answer) = conn
-        .post(
-            koord_webhook::admission::webhooks::VALIDATE_ELASTIC_QUOTA,
-            body,
-        )
-        .await;
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    support::review::forge_quota_create(operator.addr, "team-a", forged_quota).await;
     let started = std::time::Instant::now();
     apply(
         cp,

@@ -25,26 +25,21 @@ impl Validator<ElasticQuota> for OwnAnnotations {
         let Some(new) = ctx.object() else {
             return Ok(()).into();
         };
-        let user = ctx
-            .request
-            .user_info
-            .username
-            .as_deref()
-            .unwrap_or_default();
+        let old = ctx.old_object();
+        // Set or changed here; most reviews touch none, and only those need the user compared.
+        let Some(key) = OWN.into_iter().find(|key| {
+            let set = annotation(new, key);
+            set.is_some() && set != old.and_then(|o| annotation(o, key))
+        }) else {
+            return Ok(()).into();
+        };
         let ours = service_account_user();
-        if user == ours {
+        if ctx.request.user_info.username.as_deref() == Some(ours.as_str()) {
             return Ok(()).into();
         }
-        let old = ctx.old_object();
-        for key in OWN {
-            let set = annotation(new, key);
-            if set.is_some() && set != old.and_then(|o| annotation(o, key)) {
-                return Err(Rejection::forbidden(format!(
-                    "annotation {key} is koord-webhook's own record: only {ours} may set or change it (removing it is allowed)"
-                )))
-                .into();
-            }
-        }
-        Ok(()).into()
+        Err(Rejection::forbidden(format!(
+            "annotation {key} is koord-webhook's own record: only {ours} may set or change it (removing it is allowed)"
+        )))
+        .into()
     }
 }

@@ -124,3 +124,27 @@ pub fn patch(response: &Value) -> Vec<Value> {
         }
     }
 }
+
+/// Posts a quota CREATE of `quota` straight to a replica at `addr` (not through the API server,
+/// which never stores it: a forged review) and asserts it was admitted into the ledger.
+pub async fn forge_quota_create(addr: std::net::SocketAddr, namespace: &str, quota: Value) {
+    let body = serde_json::to_vec(&admission_review(
+        &ELASTIC_QUOTA,
+        "CREATE",
+        namespace,
+        quota,
+        Value::Null,
+    ))
+    .unwrap();
+    let mut conn = super::tls_client::connect(addr, super::tls_client::Proto::Http1)
+        .await
+        .unwrap();
+    let (_, answer) = conn
+        .post(
+            koord_webhook::admission::webhooks::VALIDATE_ELASTIC_QUOTA,
+            body,
+        )
+        .await;
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+}
