@@ -13,7 +13,9 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::Instrument;
 
-use super::chain::{Ctx, Halt, Mutator, RunningPlugin, Validator, run_mutators, run_validators};
+use super::chain::{
+    Ctx, Finding, Halt, Mutator, RunningPlugin, Validator, run_mutators, run_validators,
+};
 use super::deadline::Deadline;
 use super::env::{Env, Head};
 use super::node::Node;
@@ -46,6 +48,18 @@ impl Endpoint {
             Endpoint::Reservation(e) => e.spec,
             Endpoint::ConfigMap(e) => e.spec,
             Endpoint::ColocationProfile(e) => e.spec,
+        }
+    }
+
+    /// The rules of its chain, in order, with whether each may be shadowed.
+    pub fn rules(&self) -> Vec<(&'static str, bool)> {
+        match self {
+            Endpoint::Pod(e) => e.chain.rules(),
+            Endpoint::ElasticQuota(e) => e.chain.rules(),
+            Endpoint::Node(e) => e.chain.rules(),
+            Endpoint::Reservation(e) => e.chain.rules(),
+            Endpoint::ConfigMap(e) => e.chain.rules(),
+            Endpoint::ColocationProfile(e) => e.chain.rules(),
         }
     }
 
@@ -104,6 +118,17 @@ enum Chain<T: Object> {
 }
 
 impl<T: Object> Chain<T> {
+    fn rules(&self) -> Vec<(&'static str, bool)> {
+        match self {
+            Chain::Mutating { plugins, .. } => {
+                plugins.iter().map(|p| (p.name(), p.shadowable())).collect()
+            }
+            Chain::Validating { plugins } => {
+                plugins.iter().map(|p| (p.name(), p.shadowable())).collect()
+            }
+        }
+    }
+
     /// The name of the plugin at `position`.
     fn plugin_name(&self, position: usize) -> Option<&'static str> {
         match self {
@@ -259,6 +284,7 @@ impl<T: Object> TypedEndpoint<T> {
                 .get_or_create(&DenialLabels {
                     webhook: spec.path,
                     code: verdict.code,
+                    rule: verdict.rule.unwrap_or_default(),
                 })
                 .inc();
             tracing::info!(
@@ -321,9 +347,10 @@ impl<T: Object> TypedEndpoint<T> {
         let patch = match (mutated, request.object.take()) {
             (Some((after, differ)), Some(before)) if result.is_ok() => differ(before, after)
                 .unwrap_or_else(|e| {
-                    result = Err(Halt::Rejected(Rejection::internal(format!(
-                        "cannot encode the mutated object: {e}"
-                    ))));
+                    result = Err(Halt::Rejected(
+                        Rejection::internal(format!("cannot encode the mutated object: {e}")),
+                        None,
+                    ));
                     None
                 }),
             _ => None,
@@ -334,18 +361,50 @@ impl<T: Object> TypedEndpoint<T> {
                 ..Verdict::allow()
             },
             Err(Halt::OutOfTime) => return timed_out(self.spec, env, deadline),
-            Err(Halt::Rejected(rejection)) => {
+            Err(Halt::Rejected(rejection, rule)) => {
                 if rejection.code >= 500 {
                     env.metrics.admission.error(self.spec.path, "internal");
                 }
-                Verdict::deny(rejection.code, rejection.message)
+                Verdict {
+                    rule,
+                    ..Verdict::deny(rejection.code, rejection.message)
+                }
             }
         };
-        verdict.audit_annotations = notes.audit_annotations;
         verdict.warnings = notes.warnings;
+        verdict.audit_annotations = notes.audit_annotations;
+        verdict
+            .audit_annotations
+            .extend(findings_annotations(&notes.findings, &notes.would_change));
         verdict
     }
 }
+
+/// What rules with Audit found, as audit annotations (the API server prefixes each key with the
+/// entry's name): `would-deny` and `denied`, JSON lists of the shadowed and the enforced refusals,
+/// and `would-change`, the mutating rules in Audit whose change was not sent.
+fn findings_annotations(
+    findings: &[Finding],
+    would_change: &[&'static str],
+) -> impl Iterator<Item = (String, String)> {
+    let list = |enforced: bool| {
+        let found: Vec<&Finding> = findings.iter().filter(|f| f.enforced == enforced).collect();
+        (!found.is_empty()).then(|| serde_json::to_string(&found).unwrap_or_default())
+    };
+    let changed =
+        (!would_change.is_empty()).then(|| serde_json::to_string(would_change).unwrap_or_default());
+    [
+        (AUDIT_WOULD_DENY, list(false)),
+        (AUDIT_DENIED, list(true)),
+        (AUDIT_WOULD_CHANGE, changed),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| Some((key.to_owned(), value?)))
+}
+
+pub const AUDIT_WOULD_DENY: &str = "would-deny";
+pub const AUDIT_DENIED: &str = "denied";
+pub const AUDIT_WOULD_CHANGE: &str = "would-change";
 
 /// A chain that would outlive the API server's wait: answered before the API server gives up, with
 /// an HTTP error rather than a verdict, so that the API server applies the failurePolicy of the entry

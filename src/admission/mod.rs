@@ -5,6 +5,7 @@
 //! plugins reach outside the process through. The plugins live in one folder per resource;
 //! registering one is a line in that folder's `mod.rs`.
 
+pub mod actions;
 pub(crate) mod chain;
 pub(crate) mod colocation;
 pub(crate) mod colocation_profile;
@@ -145,6 +146,26 @@ impl Admission {
 /// An enabled endpoint of one [`Admission`], as [`Admission::paths`] hands it out.
 #[derive(Clone, Copy, Debug)]
 pub struct EndpointId(usize);
+
+/// Every rule of every endpoint, whatever the gates, by name (a rule on two endpoints, as the
+/// colocation profile's on pods and Reservations, once): what `--rule-action` may name.
+pub fn registered_rules() -> Vec<actions::Rule> {
+    let mut rules: Vec<actions::Rule> = Vec::new();
+    for spec in WEBHOOKS {
+        for (name, shadowable) in build_endpoint(spec).rules() {
+            match rules.iter_mut().find(|r| r.name == name) {
+                Some(rule) => rule.webhooks.push(spec.path),
+                None => rules.push(actions::Rule {
+                    name,
+                    kind: spec.kind,
+                    shadowable,
+                    webhooks: vec![spec.path],
+                }),
+            }
+        }
+    }
+    rules
+}
 
 /// The chain behind each endpoint of the table: an exhaustive match, so a new [`EndpointName`]
 /// does not build until it has one.

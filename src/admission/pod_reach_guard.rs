@@ -38,14 +38,14 @@ impl<T: WidensPodEntry> Validator<T> for GuardPodReach {
         "PodReachGuard"
     }
 
+    /// Shadowed, a change could reach pods the narrowed entries do not send yet.
+    fn shadowable(&self) -> bool {
+        false
+    }
+
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, T>) -> Step<'a> {
         // Without a guard (`review`, `serve --state`, calls not narrowed) there is nothing to keep.
-        let Some(guard) = ctx
-            .services
-            .pod_reach
-            .as_ref()
-            .filter(|_| !ctx.request.dry_run)
-        else {
+        let Some(guard) = ctx.services.pod_reach.as_ref().filter(|_| !ctx.dry_run()) else {
             return Ok(()).into();
         };
         let Some(object) = ctx.object() else {

@@ -233,6 +233,8 @@ pub struct Verdict {
     /// Set when the chain outlived the API server's wait: no verdict is sent, only this reason
     /// ([`NoVerdict::TimedOut`]).
     pub late: Option<String>,
+    /// The rule whose refusal this is (not sent; the denial metric's label).
+    pub rule: Option<&'static str>,
 }
 
 impl Verdict {
@@ -245,6 +247,7 @@ impl Verdict {
             audit_annotations: BTreeMap::new(),
             warnings: Vec::new(),
             late: None,
+            rule: None,
         }
     }
 

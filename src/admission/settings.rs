@@ -4,6 +4,7 @@
 
 use clap::Args;
 
+use super::actions::{self, Action, RuleActions};
 use crate::names::namespace;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +22,8 @@ pub struct Settings {
     /// How long an admitted pod may take to reach the cache: quota evaluation keeps its admission
     /// that long in the recent-admissions record (`--child-request-recount-quiet`).
     pub child_request_window: std::time::Duration,
+    /// What each rule's finding does (`--rule-action`; every rule enforces by default).
+    pub actions: RuleActions,
 }
 
 /// The default of [`Settings::child_request_window`]: the API server's own request timeout.
@@ -42,6 +45,7 @@ impl Default for Settings {
                 DEFAULT_ENHANCED_VALIDATOR_CONFIG.to_owned(),
             ),
             child_request_window: DEFAULT_CHILD_REQUEST_WINDOW,
+            actions: RuleActions::default(),
         }
     }
 }
@@ -87,6 +91,13 @@ pub struct RuleFlags {
     /// Name of that ConfigMap.
     #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]
     pub pod_enhanced_validator_config_name: String,
+    /// `RULE=ACTIONS`: what a rule's finding does instead of being enforced, to try it first.
+    /// A validating rule: Deny, Warn, Audit, Warn+Audit or Deny+Audit; a mutating rule: Apply or
+    /// Audit (e.g. `ColocationQoSPriority=Warn+Audit`). Repeatable, the last naming a rule wins.
+    /// The rules: docs/admission.md.
+    #[arg(long = "rule-action", env = "KOORD_WEBHOOK_RULE_ACTIONS", value_delimiter = ',',
+          value_name = "RULE=ACTIONS", value_parser = parse_rule_action)]
+    pub rule_actions: Vec<(&'static str, Action)>,
 }
 
 impl RuleFlags {
@@ -105,9 +116,14 @@ impl RuleFlags {
                     .unwrap_or_else(|| namespace().to_owned()),
                 self.pod_enhanced_validator_config_name.clone(),
             ),
+            actions: RuleActions::from_parsed(&self.rule_actions),
             ..Settings::default()
         }
     }
+}
+
+fn parse_rule_action(text: &str) -> Result<(&'static str, Action), String> {
+    actions::parse(text, &super::registered_rules()).map_err(|e| e.to_string())
 }
 
 fn parse_max_ratio(text: &str) -> Result<f64, String> {

@@ -18,6 +18,18 @@ pub struct WebhookLabels {
 pub struct DenialLabels {
     pub webhook: &'static str,
     pub code: u16,
+    /// The rule that refused; empty when the framework did (a body that does not decode).
+    pub rule: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleResultLabels {
+    pub webhook: &'static str,
+    pub rule: &'static str,
+    /// The rule's action (`--rule-action`): Deny, Deny+Audit, Warn, Audit, Warn+Audit, Apply.
+    pub action: &'static str,
+    /// deny (enforced), would_deny (a shadowed refusal), would_change (a mutation in Audit).
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,6 +61,7 @@ pub struct AdmissionMetrics {
     pub request_duration: Latencies<WebhookLabels>,
     pub plugin_duration: Latencies<PluginLabels>,
     pub plugin_panics: Family<PluginLabels, Counter>,
+    pub rule_results: Family<RuleResultLabels, Counter>,
 }
 
 impl AdmissionMetrics {
@@ -60,6 +73,7 @@ impl AdmissionMetrics {
             request_duration: Family::new_with_constructor(latency_histogram),
             plugin_duration: Family::new_with_constructor(latency_histogram),
             plugin_panics: Family::default(),
+            rule_results: Family::default(),
         };
         registry.register(
             "admission_requests",
@@ -91,7 +105,29 @@ impl AdmissionMetrics {
             "Plugin runs that panicked",
             metrics.plugin_panics.clone(),
         );
+        registry.register(
+            "admission_rule_results",
+            "Rule refusals and, for rules in Audit, changes not sent, by the rule's action",
+            metrics.rule_results.clone(),
+        );
         metrics
+    }
+
+    pub fn rule_result(
+        &self,
+        webhook: &'static str,
+        rule: &'static str,
+        action: &'static str,
+        result: &'static str,
+    ) {
+        self.rule_results
+            .get_or_create(&RuleResultLabels {
+                webhook,
+                rule,
+                action,
+                result,
+            })
+            .inc();
     }
 
     pub fn observe_plugin(&self, webhook: &'static str, plugin: &'static str, took: Duration) {

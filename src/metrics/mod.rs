@@ -82,7 +82,11 @@ mod tests {
             .requests
             .get_or_create(&WebhookLabels { webhook })
             .inc();
-        let denial = DenialLabels { webhook, code: 400 };
+        let denial = DenialLabels {
+            webhook,
+            code: 400,
+            rule: "First",
+        };
         admission.denials.get_or_create(&denial).inc();
         let error = ErrorLabels {
             webhook,

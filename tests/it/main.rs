@@ -21,5 +21,6 @@ mod review_cli;
 mod review_elastic_quota;
 mod review_node_configmap;
 mod review_pod;
+mod rule_actions;
 mod server;
 mod server_limits;

@@ -34,7 +34,7 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
     }
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
-        let dry_run = ctx.request.dry_run;
+        let dry_run = ctx.dry_run();
         let store = ctx.services.quota_ledger.as_ref().filter(|_| !dry_run);
         match store.map(|store| self.ledger.get_or_init(|| Ledger::new(store.clone()))) {
             Some(ledger) => match ledger_change(ctx) {

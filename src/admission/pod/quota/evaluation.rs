@@ -170,7 +170,7 @@ impl QuotaEvaluation {
         };
         let used = self
             .evaluator
-            .evaluate(&quota, admission, store, ctx.request.dry_run)
+            .evaluate(&quota, admission, store, ctx.dry_run())
             .await?;
         ctx.annotate(AUDIT_CHILD_REQUEST, used);
         Ok(())

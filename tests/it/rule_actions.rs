@@ -1,0 +1,134 @@
+//! `--rule-action` through the real binary: `review` answers as a served replica would, and
+//! `serve --state` shows a shadowed refusal to the client and counts it on the operations port.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::review::{POD, admission_review, review};
+use crate::support::tls_client::{Proto, connect, connect_plain};
+use crate::support::{KillOnDrop, fixture, free_port};
+
+/// A BE pod at koord-prod priority: ColocationQoSPriority refuses it.
+fn be_pod_at_prod_priority() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "spark-1", "namespace": "team-a",
+            "labels": {"koordinator.sh/qosClass": "BE"}},
+        "spec": {"priorityClassName": "koord-prod", "priority": 9500,
+            "containers": [{"name": "c", "image": "spark"}]}})
+}
+
+const MESSAGE: &str = "koordinator.sh/qosClass=BE";
+
+fn request() -> Value {
+    admission_review(
+        &POD,
+        "CREATE",
+        "team-a",
+        be_pod_at_prod_priority(),
+        Value::Null,
+    )
+}
+
+fn response(extra: &[&str]) -> Value {
+    review(&fixture("state"), "/validate-pod", extra, &request())
+}
+
+/// `review` with flags it refuses: its output.
+fn refused(extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(["review", "--path", "/validate-pod", "--request", "-"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn review_shadows_a_rule_as_a_served_replica_would() {
+    let denied = response(&[]);
+    assert_eq!(denied["allowed"], false);
+    let message = denied["status"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains(MESSAGE), "{message}");
+
+    let warned = response(&["--rule-action", "ColocationQoSPriority=Warn"]);
+    assert_eq!(warned["allowed"], true, "{warned}");
+    assert_eq!(
+        warned["warnings"],
+        json!([format!("[ColocationQoSPriority] {message}")])
+    );
+
+    let audited = response(&["--rule-action", "ColocationQoSPriority=Audit"]);
+    assert_eq!(audited["allowed"], true, "{audited}");
+    assert!(audited.get("warnings").is_none(), "{audited}");
+    let found: Value =
+        serde_json::from_str(audited["auditAnnotations"]["would-deny"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        found,
+        json!([{"rule": "ColocationQoSPriority", "code": 400, "message": message}])
+    );
+
+    // Names and actions are checked before anything runs: exit 2, one line saying why.
+    for (value, expected) in [
+        ("PodReachGuard=Audit", "cannot be shadowed"),
+        ("NoSuchRule=Warn", "no rule is named \"NoSuchRule\""),
+        ("ClusterColocationProfile=Warn", "Apply or Audit"),
+        ("ColocationQoSPriority=Deny+Warn", "Deny, Warn or Audit"),
+    ] {
+        let out = refused(&["--rule-action", value]);
+        assert_eq!(out.status.code(), Some(2), "{value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{value}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn serve_counts_a_shadowed_refusal_on_the_operations_port() {
+    let (port, ops) = (free_port(), free_port());
+    let _server = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .args(["serve", "--bind-address", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .arg("--metrics-bind-address")
+            .arg(format!("127.0.0.1:{ops}"))
+            .args(["--health-bind-address", "0", "--state"])
+            .arg(fixture("state"))
+            .args(["--rule-action", "ColocationQoSPriority=Warn"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let addr = ([127, 0, 0, 1], port).into();
+    let mut conn = None;
+    for _ in 0..200 {
+        if let Ok(c) = connect(addr, Proto::Http1).await {
+            conn = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut conn = conn.expect("serve --state never listened");
+    let (status, body) = conn
+        .send("POST", "/validate-pod", request().to_string().into_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let warning = answer["response"]["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.starts_with("[ColocationQoSPriority] ") && warning.contains(MESSAGE),
+        "{warning}"
+    );
+
+    let mut ops = connect_plain(([127, 0, 0, 1], ops).into()).await.unwrap();
+    let (status, metrics) = ops.send("GET", "/metrics", Vec::new()).await.unwrap();
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8(metrics).unwrap();
+    let counted = r#"koord_webhook_admission_rule_results_total{webhook="/validate-pod",rule="ColocationQoSPriority",action="Warn",result="would_deny"} 1"#;
+    assert!(metrics.contains(counted), "{metrics}");
+    assert!(
+        !metrics.contains("koord_webhook_admission_denials_total{webhook=\"/validate-pod\""),
+        "{metrics}"
+    );
+}
