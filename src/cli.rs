@@ -56,6 +56,8 @@ pub enum Command {
     ChartFiles { dir: PathBuf },
     /// Summarise koord-webhook in the cluster: leader, certificates, caBundles, entries, Events.
     Status(StatusArgs),
+    /// List what is stored and report what the validating rules would refuse today (read only).
+    Audit(AuditArgs),
     /// Remove koord-webhook from the cluster: replicas first, then the webhook configurations,
     /// then the rest. Keeps the CRDs and the namespace unless asked.
     Uninstall(UninstallArgs),
@@ -113,6 +115,30 @@ pub enum ReviewOperation {
 pub enum OutputFormat {
     Text,
     Json,
+    Yaml,
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    /// `text` for people, `json` or `yaml` for scripts.
+    #[arg(long, short, value_enum, default_value = "text")]
+    pub output: OutputFormat,
+    /// Feature gates, as for `serve` (ignored with --same-as-deployed).
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+    /// Take the feature gates and rule flags from the installed koord-webhook Deployment.
+    #[arg(long)]
+    pub same_as_deployed: bool,
+    /// Objects shown per rule.
+    #[arg(long, default_value_t = 5)]
+    pub examples: usize,
+    /// Objects per list request.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    pub page_size: u32,
+    #[command(flatten)]
+    pub rules: RuleFlags,
 }
 
 #[derive(Args, Debug)]

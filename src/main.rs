@@ -16,13 +16,14 @@ fn main() -> ExitCode {
     tls::install_default_provider();
     let cli = Cli::parse();
     // `status` prints one report or one error line; the client library's logs would only add noise.
-    if !matches!(cli.command, Command::Status(_)) {
+    if !matches!(cli.command, Command::Status(_) | Command::Audit(_)) {
         telemetry::init(cli.log_format);
     }
     let own_namespace = match &cli.command {
         Command::Serve(args) => Some(&args.namespace),
         Command::Manifests(args) => Some(&args.namespace),
         Command::Status(args) => Some(&args.cluster.namespace),
+        Command::Audit(args) => Some(&args.cluster.namespace),
         Command::Uninstall(args) => Some(&args.cluster.namespace),
         Command::Review(_) | Command::Crds | Command::ChartFiles { .. } => None,
     };
@@ -72,26 +73,8 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(format!("cannot render CRDs: {e}")),
         },
-        Command::Status(args) => {
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => return fail(format!("cannot start runtime: {e}")),
-            };
-            match runtime.block_on(cmd::status::run(&args)) {
-                Ok((text, healthy)) => {
-                    print!("{text}");
-                    if healthy {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    fail(format!("{e:#}"));
-                    ExitCode::from(2)
-                }
-            }
-        }
+        Command::Status(args) => report(cmd::status::run(&args)),
+        Command::Audit(args) => report(cmd::audit::run(&args)),
         Command::Uninstall(args) => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
@@ -123,4 +106,27 @@ fn main() -> ExitCode {
 fn fail(message: String) -> ExitCode {
     eprintln!("koord-webhook: error: {}", message.replace('\n', " "));
     ExitCode::FAILURE
+}
+
+/// Runs a command that prints a report: exit 0 when it says all is well, 1 when not, 2 when the
+/// cluster could not be read.
+fn report(run: impl std::future::Future<Output = anyhow::Result<(String, bool)>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start runtime: {e}")),
+    };
+    match runtime.block_on(run) {
+        Ok((text, fine)) => {
+            print!("{text}");
+            if fine {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            fail(format!("{e:#}"));
+            ExitCode::from(2)
+        }
+    }
 }

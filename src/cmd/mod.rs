@@ -1,5 +1,6 @@
 //! The subcommands.
 
+pub mod audit;
 pub mod manifests;
 pub mod review;
 pub mod serve;

@@ -404,6 +404,7 @@ pub async fn run(args: &StatusArgs) -> anyhow::Result<(String, bool)> {
     };
     let text = match args.output {
         OutputFormat::Json => serde_json::to_string_pretty(&status)? + "\n",
+        OutputFormat::Yaml => serde_yaml::to_string(&status)?,
         OutputFormat::Text => render_text(&status),
     };
     Ok((text, status.healthy))

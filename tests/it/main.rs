@@ -6,6 +6,7 @@
 
 mod support;
 
+mod audit;
 mod beside_koordinator;
 mod ca_adoption;
 mod cache_watch;

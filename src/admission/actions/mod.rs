@@ -155,6 +155,22 @@ impl RuleActions {
         self.0.iter().map(|(name, action)| (*name, *action))
     }
 
+    /// Every shadowable rule in Audit (validating rules only: `audit` asks what would be refused).
+    pub fn auditing(rules: &[Rule]) -> Self {
+        let audit = Action {
+            enforce: false,
+            warn: false,
+            audit: true,
+        };
+        Self(
+            rules
+                .iter()
+                .filter(|r| r.shadowable && r.kind == WebhookKind::Validating)
+                .map(|r| (r.name, audit))
+                .collect(),
+        )
+    }
+
     /// Builds the table from parsed `--rule-action` values; the last naming a rule wins.
     pub fn from_parsed(values: &[(&'static str, Action)]) -> Self {
         Self(values.iter().copied().collect())

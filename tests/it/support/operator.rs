@@ -43,12 +43,17 @@ pub fn apply_established(cp: &ControlPlane, relative: &str) {
 
 /// A copy of the admin kubeconfig that acts as the operator's ServiceAccount.
 pub fn impersonating_kubeconfig(cp: &ControlPlane, dir: &Path) -> PathBuf {
+    kubeconfig_as(cp, dir, SERVICE_ACCOUNT, "operator.kubeconfig")
+}
+
+/// A copy of the admin kubeconfig, written to `dir/file`, that acts as `user`.
+pub fn kubeconfig_as(cp: &ControlPlane, dir: &Path, user: &str, file: &str) -> PathBuf {
     let text = std::fs::read_to_string(&cp.kubeconfig).unwrap();
     let mut config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
-    for user in config["users"].as_sequence_mut().unwrap() {
-        user["user"]["as"] = serde_yaml::Value::from(SERVICE_ACCOUNT);
+    for entry in config["users"].as_sequence_mut().unwrap() {
+        entry["user"]["as"] = serde_yaml::Value::from(user);
     }
-    let path = dir.join("operator.kubeconfig");
+    let path = dir.join(file);
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
     path
 }
