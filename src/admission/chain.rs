@@ -312,7 +312,7 @@ impl<'c, 'a, T: kube::Resource> Rule<'c, 'a, T> {
         webhook: &'static str,
         metrics: &'c Metrics,
     ) -> Self {
-        let action = ctx.settings.actions.of(name);
+        let action = ctx.settings.actions.of(webhook, name);
         Self {
             name,
             action,

@@ -51,6 +51,14 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// With the shadowable rules of the endpoints at `paths` in Audit (`--entry-action`).
+    pub fn auditing_endpoints(mut self, paths: &[&str]) -> Self {
+        self.actions = self
+            .actions
+            .with_audited_endpoints(paths, &super::registered_rules());
+        self
+    }
+
     /// Whether `namespace/name` is the slo-controller ConfigMap.
     pub fn is_slo_config(&self, namespace: &str, name: &str) -> bool {
         namespace == self.config_namespace && name == self.slo_config_name

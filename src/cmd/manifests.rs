@@ -38,6 +38,9 @@ fn serve_args(flags: &[String]) -> anyhow::Result<Vec<String>> {
 
 pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
+    args.entries
+        .audited_endpoints()
+        .map_err(anyhow::Error::msg)?;
     let target = WebhookTarget::from_flags(args.webhook_host.as_deref(), args.port, &args.entries);
     let ca_bundle = match &args.ca_bundle_file {
         Some(path) => Some(

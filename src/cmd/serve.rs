@@ -157,12 +157,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
+    let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
     let admission = Admission::new(state.cache.clone(), gates, state.metrics.clone())
         .with_services(services)
-        .with_settings(Settings {
-            child_request_window: args.operator.child_request_recount_quiet,
-            ..args.rules.settings()
-        });
+        .with_settings(
+            Settings {
+                child_request_window: args.operator.child_request_recount_quiet,
+                ..args.rules.settings()
+            }
+            .auditing_endpoints(&audited),
+        );
     let shared = Arc::new(
         Shared::new(state.clone(), admission, args.limits.limits()).with_client_ca(client_ca),
     );

@@ -44,6 +44,13 @@ pub struct EntryPolicy {
     #[arg(long, env = "KOORD_WEBHOOK_NARROW_CALLS", default_value = "on", action = clap::ArgAction::Set,
           value_parser = parse_on_off)]
     pub narrow_calls: bool,
+    /// `ENTRY=Audit` (or `all=Audit`): every rule of the entry's endpoint records what it would
+    /// refuse or change instead of doing it (as `--rule-action RULE=Audit`, which wins where both
+    /// name a rule), and the entry is written with `failurePolicy: Ignore`. Entries that share an
+    /// endpoint (`mpod-create` and `mpod-update`) are named together. Repeatable.
+    #[arg(long = "entry-action", env = "KOORD_WEBHOOK_ENTRY_ACTIONS", value_delimiter = ',',
+          value_name = "ENTRY=Audit", value_parser = parse_entry_action)]
+    pub audited_entries: Vec<String>,
 }
 
 impl Default for EntryPolicy {
@@ -54,6 +61,7 @@ impl Default for EntryPolicy {
             excluded_namespaces: Vec::new(),
             excluded_namespace_labels: Vec::new(),
             narrow_calls: true,
+            audited_entries: Vec::new(),
         }
     }
 }
@@ -80,7 +88,44 @@ impl EntryPolicy {
         if !self.narrow_calls {
             args.push("--narrow-calls=off".to_owned());
         }
+        for entry in &self.audited_entries {
+            args.push(format!("--entry-action={entry}=Audit"));
+        }
         args
+    }
+
+    /// Whether `--entry-action` puts the entry in Audit.
+    pub fn audited(&self, entry: &str) -> bool {
+        self.audited_entries
+            .iter()
+            .any(|name| name == entry || name == "all")
+    }
+
+    /// The endpoints whose rules are in Audit; an error when an entry is named without the entries
+    /// that share its endpoint.
+    pub fn audited_endpoints(&self) -> Result<Vec<&'static str>, String> {
+        let mut paths = Vec::new();
+        for spec in WEBHOOKS {
+            let named: Vec<&str> = spec
+                .entries
+                .iter()
+                .map(|e| e.name)
+                .filter(|name| self.audited(name))
+                .collect();
+            if named.is_empty() {
+                continue;
+            }
+            if named.len() < spec.entries.len() {
+                let all: Vec<&str> = spec.entries.iter().map(|e| e.name).collect();
+                return Err(format!(
+                    "--entry-action: {} share the rules of {}: name them all",
+                    all.join(" and "),
+                    spec.path
+                ));
+            }
+            paths.push(spec.path);
+        }
+        Ok(paths)
     }
 }
 
@@ -170,6 +215,22 @@ pub fn parse_failure_policy(text: &str) -> Result<(String, FailurePolicy), Strin
         "Ignore" => FailurePolicy::Ignore,
         other => return Err(format!("{other:?}: the failurePolicy is Fail or Ignore")),
     };
+    Ok((known_entry(entry)?, policy))
+}
+
+/// `ENTRY=Audit` (`--entry-action`), `ENTRY` an entry name of the table or `all`.
+pub fn parse_entry_action(text: &str) -> Result<String, String> {
+    match text.split_once('=') {
+        Some((entry, "Audit")) => known_entry(entry),
+        Some((_, other)) => Err(format!(
+            "{other:?}: an entry's action is Audit (enforcing is the default)"
+        )),
+        None => Err(format!("{text:?}: expected ENTRY=Audit")),
+    }
+}
+
+/// `entry` when it names an entry of the table, or is `all`.
+fn known_entry(entry: &str) -> Result<String, String> {
     let known = WEBHOOKS.iter().flat_map(|w| w.entries).map(|e| e.name);
     if entry != "all" && !known.clone().any(|name| name == entry) {
         let names: Vec<&str> = known.collect();
@@ -178,12 +239,39 @@ pub fn parse_failure_policy(text: &str) -> Result<(String, FailurePolicy), Strin
             names.join(", ")
         ));
     }
-    Ok((entry.to_owned(), policy))
+    Ok(entry.to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audited_entries_name_whole_endpoints() {
+        let policy = |entries: &[&str]| EntryPolicy {
+            audited_entries: entries.iter().map(|e| (*e).to_owned()).collect(),
+            ..EntryPolicy::default()
+        };
+        assert_eq!(
+            policy(&["vpod.koordinator.sh"]).audited_endpoints(),
+            Ok(vec!["/validate-pod"])
+        );
+        let half = policy(&["mpod-create.koordinator.sh"]).audited_endpoints();
+        assert!(half.unwrap_err().contains("mpod-update.koordinator.sh"));
+        let both = policy(&["mpod-create.koordinator.sh", "mpod-update.koordinator.sh"]);
+        assert_eq!(both.audited_endpoints(), Ok(vec!["/mutate-pod"]));
+        assert_eq!(
+            policy(&["all"]).audited_endpoints().unwrap().len(),
+            WEBHOOKS.len()
+        );
+        assert!(parse_entry_action("vpod.koordinator.sh=Audit").is_ok());
+        assert!(parse_entry_action("vpod.koordinator.sh=Warn").is_err());
+        assert!(parse_entry_action("vpods=Audit").is_err());
+        assert_eq!(
+            policy(&["vpod.koordinator.sh"]).args(),
+            ["--entry-action=vpod.koordinator.sh=Audit"]
+        );
+    }
 
     #[test]
     fn bad_label_keys_and_values_are_refused() {

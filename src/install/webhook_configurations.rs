@@ -12,7 +12,7 @@ use kube::api::ObjectMeta;
 use super::entry_policy::{EntryPolicy, NamespaceLabel};
 use crate::admission::narrowing::Calls;
 use crate::admission::narrowing::pod::{PodEntry, PodReach, Reach};
-use crate::admission::webhooks::{EndpointSpec, EntrySpec, WEBHOOKS, WebhookKind};
+use crate::admission::webhooks::{EndpointSpec, EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::names::{
     MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels, namespace,
@@ -63,8 +63,12 @@ impl WebhookTarget {
         }
     }
 
-    /// The entry's failurePolicy: the last `--failure-policy` naming it (or `all`), else the table's.
+    /// The entry's failurePolicy: Ignore in Audit (`--entry-action`), else the last
+    /// `--failure-policy` naming it (or `all`), else the table's.
     fn failure_policy(&self, webhook: &EndpointSpec, entry: &EntrySpec) -> String {
+        if self.policy.audited(entry.name) {
+            return FailurePolicy::Ignore.as_str().to_owned();
+        }
         self.policy
             .failure_policies
             .iter()

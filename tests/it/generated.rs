@@ -166,6 +166,8 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
             "webhooks.timeoutSeconds=5",
             "webhooks.excludeNamespaces={batch,ci}",
             "webhooks.excludeNamespaceLabels={koordinator.sh/exempt,tier=infra}",
+            "webhooks.actions.velasticquota\\.koordinator\\.sh=Audit",
+            "webhooks.actions.vpod\\.koordinator\\.sh=Audit",
         ],
     );
     let binary = manifests(&[
@@ -179,8 +181,11 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
         "--exclude-namespace=ci",
         "--exclude-namespace-label=koordinator.sh/exempt",
         "--exclude-namespace-label=tier=infra",
+        "--entry-action=velasticquota.koordinator.sh=Audit",
+        "--entry-action=vpod.koordinator.sh=Audit",
     ]);
     assert!(chart.contains("- --exclude-namespace-label=tier=infra"));
+    assert!(chart.contains("- --entry-action=vpod.koordinator.sh=Audit"));
     assert_same_objects(&chart, &binary, "settings");
 
     // Narrowing off: every entry as Koordinator registers it, without conditions.
@@ -281,6 +286,14 @@ fn the_chart_refuses_bad_values() {
         (
             "webhooks.failurePolicy.all=Sometimes",
             "neither Fail nor Ignore",
+        ),
+        (
+            "webhooks.actions.vpod\\.koordinator\\.sh=Warn",
+            "an entry's action is Audit",
+        ),
+        (
+            "webhooks.actions.mpod-create\\.koordinator\\.sh=Audit,webhooks.narrowCalls=false",
+            "share the rules of /mutate-pod: name them both",
         ),
         (
             "certificates.mode=manual",
@@ -408,4 +421,31 @@ fn manifests_take_failure_policy_timeout_and_excluded_namespaces() {
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("vpod.koordinator.sh"), "{stderr}");
+
+    // An entry in Audit is written with Ignore, whatever its failurePolicy says.
+    let out = run(&[
+        "--failure-policy=all=Fail",
+        "--entry-action=vconfigmap.koordinator.sh=Audit",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let configmap_entry = text
+        .split("- admissionReviewVersions")
+        .find(|entry| entry.contains("name: vconfigmap.koordinator.sh"))
+        .unwrap();
+    assert!(
+        configmap_entry.contains("failurePolicy: Ignore"),
+        "{configmap_entry}"
+    );
+    let half = run(&[
+        "--narrow-calls=off",
+        "--entry-action=mpod-create.koordinator.sh=Audit",
+    ]);
+    assert!(!half.status.success());
+    let stderr = String::from_utf8_lossy(&half.stderr);
+    assert!(stderr.contains("name them all"), "{stderr}");
 }

@@ -199,3 +199,29 @@ fn quota_evaluation_admits_within_the_limit_and_reports_the_write() {
     );
     assert_eq!(denial(&response), "elastic quota nope not found");
 }
+
+/// A shared weight of JSON `null` (what the mutating rule writes for a quota without max) reads as
+/// no list, as Go reads it: a second pass changes nothing. With a max to fill it from, Koordinator
+/// panics on it (a nil map); ours refuses with the reason.
+#[test]
+fn a_null_shared_weight_is_left_alone_without_max_and_refused_with_one() {
+    let annotated = |spec: Value| {
+        let mut object = quota("new-q", json!({}), spec);
+        object["metadata"]["annotations"] =
+            json!({"quota.scheduling.koordinator.sh/shared-weight": "null"});
+        admission_review("elasticquotas", "CREATE", object, Value::Null)
+    };
+    let mutate = "/mutate-scheduling-sigs-k8s-io-v1alpha1-elasticquota";
+    let without_max = review(mutate, "", annotated(json!({"min": {"cpu": "1"}})));
+    let patch = support::review::patch(&without_max);
+    assert!(
+        !json!(patch).to_string().contains("shared-weight"),
+        "shared weight changed: {patch:?}"
+    );
+
+    let with_max = review(mutate, "", annotated(json!({"max": {"cpu": "4"}})));
+    assert_eq!(
+        denial(&with_max),
+        "quota.scheduling.koordinator.sh/shared-weight is null while spec.max is set: remove it to have it filled from max, or give a resource list"
+    );
+}

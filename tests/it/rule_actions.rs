@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::review::{POD, admission_review, review};
-use crate::support::tls_client::{Proto, connect, connect_plain};
+use crate::support::tls_client::{Conn, Proto, connect, connect_plain};
 use crate::support::{KillOnDrop, fixture, free_port};
 
 /// A BE pod at koord-prod priority: ColocationQoSPriority refuses it.
@@ -82,10 +82,10 @@ fn review_shadows_a_rule_as_a_served_replica_would() {
     }
 }
 
-#[tokio::test]
-async fn serve_counts_a_shadowed_refusal_on_the_operations_port() {
+/// `serve --state` of the fixtures with `extra` flags, a connection to it, and its operations port.
+async fn serve(extra: &[&str]) -> (KillOnDrop, Conn, std::net::SocketAddr) {
     let (port, ops) = (free_port(), free_port());
-    let _server = KillOnDrop(
+    let server = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
             .args(["serve", "--bind-address", "127.0.0.1", "--port"])
             .arg(port.to_string())
@@ -93,35 +93,43 @@ async fn serve_counts_a_shadowed_refusal_on_the_operations_port() {
             .arg(format!("127.0.0.1:{ops}"))
             .args(["--health-bind-address", "0", "--state"])
             .arg(fixture("state"))
-            .args(["--rule-action", "ColocationQoSPriority=Warn"])
+            .args(extra)
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap(),
     );
     let addr = ([127, 0, 0, 1], port).into();
-    let mut conn = None;
     for _ in 0..200 {
-        if let Ok(c) = connect(addr, Proto::Http1).await {
-            conn = Some(c);
-            break;
+        if let Ok(conn) = connect(addr, Proto::Http1).await {
+            return (server, conn, ([127, 0, 0, 1], ops).into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut conn = conn.expect("serve --state never listened");
+    panic!("serve --state {extra:?} never listened");
+}
+
+/// The BE pod at prod priority through `/validate-pod`: the response.
+async fn validate(conn: &mut Conn) -> Value {
     let (status, body) = conn
         .send("POST", "/validate-pod", request().to_string().into_bytes())
         .await
         .unwrap();
     assert_eq!(status, 200);
-    let answer: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(answer["response"]["allowed"], true, "{answer}");
-    let warning = answer["response"]["warnings"][0].as_str().unwrap();
+    serde_json::from_slice::<Value>(&body).unwrap()["response"].clone()
+}
+
+#[tokio::test]
+async fn serve_counts_a_shadowed_refusal_on_the_operations_port() {
+    let (_server, mut conn, ops) = serve(&["--rule-action", "ColocationQoSPriority=Warn"]).await;
+    let answer = validate(&mut conn).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let warning = answer["warnings"][0].as_str().unwrap();
     assert!(
         warning.starts_with("[ColocationQoSPriority] ") && warning.contains(MESSAGE),
         "{warning}"
     );
 
-    let mut ops = connect_plain(([127, 0, 0, 1], ops).into()).await.unwrap();
+    let mut ops = connect_plain(ops).await.unwrap();
     let (status, metrics) = ops.send("GET", "/metrics", Vec::new()).await.unwrap();
     assert_eq!(status, 200);
     let metrics = String::from_utf8(metrics).unwrap();
@@ -131,4 +139,24 @@ async fn serve_counts_a_shadowed_refusal_on_the_operations_port() {
         !metrics.contains("koord_webhook_admission_denials_total{webhook=\"/validate-pod\""),
         "{metrics}"
     );
+}
+
+/// `--entry-action` puts every rule of the entry's endpoint in Audit; `--rule-action` still wins.
+#[tokio::test]
+async fn an_entry_in_audit_records_what_its_rules_would_refuse() {
+    let (_server, mut conn, _) = serve(&["--entry-action", "vpod.koordinator.sh=Audit"]).await;
+    let answer = validate(&mut conn).await;
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let found: Value =
+        serde_json::from_str(answer["auditAnnotations"]["would-deny"].as_str().unwrap()).unwrap();
+    assert_eq!(found[0]["rule"], "ColocationQoSPriority", "{found}");
+
+    let (_server, mut conn, _) = serve(&[
+        "--entry-action",
+        "vpod.koordinator.sh=Audit",
+        "--rule-action",
+        "ColocationQoSPriority=Deny",
+    ])
+    .await;
+    assert_eq!(validate(&mut conn).await["allowed"], false);
 }

@@ -18,9 +18,29 @@ app.kubernetes.io/name: koord-webhook
 {{- if hasKey $root.Values.featureGates $name }}{{ index $root.Values.featureGates $name }}{{ else }}{{ $default }}{{ end }}
 {{- end }}
 
-{{/* The failurePolicy of entry (list $ entry): its own value, else `all`, else the table's. */}}
+{{/* Whether entry name (list $ name) is in Audit (webhooks.actions: its own value, or `all`). */}}
+{{- define "koord-webhook.audited" -}}
+{{- $root := index . 0 }}{{ $name := index . 1 }}
+{{- $actions := $root.Values.webhooks.actions }}
+{{- range $key, $action := $actions }}
+{{- if ne $action "Audit" }}{{ fail (printf "webhooks.actions of %s: %q; an entry's action is Audit" $key $action) }}{{ end }}
+{{- end }}
+{{- or (hasKey $actions "all") (hasKey $actions $name) }}
+{{- end }}
+
+{{/* The failurePolicy of entry (list $ entry): Ignore in Audit, else its own value, else `all`,
+     else the table's. Entries that share an endpoint are put in Audit together. */}}
 {{- define "koord-webhook.failurePolicy" -}}
 {{- $root := index . 0 }}{{ $entry := index . 1 }}
+{{- $table := $root.Files.Get "files/webhooks.yaml" | fromYaml }}
+{{- $audited := include "koord-webhook.audited" (list $root $entry.name) }}
+{{- range $kind := list "mutating" "validating" }}
+{{- range $other := index $table $kind }}
+{{- if and (eq $other.path $entry.path) (ne (include "koord-webhook.audited" (list $root $other.name)) $audited) }}
+{{- fail (printf "webhooks.actions: %s and %s share the rules of %s: name them both" $entry.name $other.name $entry.path) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $policies := $root.Values.webhooks.failurePolicy }}
 {{- $policy := $entry.failurePolicy }}
 {{- if hasKey $policies "all" }}{{ $policy = index $policies "all" }}{{ end }}
@@ -28,6 +48,7 @@ app.kubernetes.io/name: koord-webhook
 {{- if not (has $policy (list "Fail" "Ignore")) }}
 {{- fail (printf "webhooks.failurePolicy of %s: %q is neither Fail nor Ignore" $entry.name $policy) }}
 {{- end }}
+{{- if eq $audited "true" }}{{ $policy = "Ignore" }}{{ end }}
 {{- $policy }}
 {{- end }}
 
@@ -89,6 +110,9 @@ app.kubernetes.io/name: koord-webhook
 {{- end }}
 {{- if not .Values.webhooks.narrowCalls }}
 - --narrow-calls=off
+{{- end }}
+{{- range $name, $action := .Values.webhooks.actions }}
+- --entry-action={{ $name }}={{ $action }}
 {{- end }}
 {{- with .Values.clientCA }}
 {{- if and .configMap .secret }}{{ fail "clientCA: a configMap or a secret, not both" }}{{ end }}

@@ -136,44 +136,64 @@ impl Rule {
     }
 }
 
-/// Every rule's action: [`Action::ENFORCE`] unless a `--rule-action` names it.
+/// Every rule's action: [`Action::ENFORCE`] unless a `--rule-action` names it or an
+/// `--entry-action` puts its endpoint in Audit (the rule's own action wins).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RuleActions(BTreeMap<&'static str, Action>);
+pub struct RuleActions {
+    rules: BTreeMap<&'static str, Action>,
+    /// By endpoint path and rule: the shadowable rules of endpoints in Audit.
+    endpoints: BTreeMap<(&'static str, &'static str), Action>,
+}
+
+/// What Audit is for a rule of either kind: record, do not enforce.
+const AUDIT: Action = Action {
+    enforce: false,
+    warn: false,
+    audit: true,
+};
 
 impl RuleActions {
-    /// The action of the rule `name`.
-    pub fn of(&self, name: &str) -> Action {
+    /// The action of the rule `name` on the endpoint `webhook`.
+    pub fn of(&self, webhook: &str, name: &str) -> Action {
         // Most installs set none: no lookup on the request path then.
-        if self.0.is_empty() {
+        if self.rules.is_empty() && self.endpoints.is_empty() {
             return Action::ENFORCE;
         }
-        self.0.get(name).copied().unwrap_or(Action::ENFORCE)
+        self.rules
+            .get(name)
+            .or_else(|| self.endpoints.get(&(webhook, name)))
+            .copied()
+            .unwrap_or(Action::ENFORCE)
     }
 
-    /// The rules whose action is not the default, with it.
-    pub fn shadowed(&self) -> impl Iterator<Item = (&'static str, Action)> + '_ {
-        self.0.iter().map(|(name, action)| (*name, *action))
-    }
-
-    /// Every shadowable rule in Audit (validating rules only: `audit` asks what would be refused).
+    /// Every shadowable validating rule in Audit (`audit` asks what would be refused).
     pub fn auditing(rules: &[Rule]) -> Self {
-        let audit = Action {
-            enforce: false,
-            warn: false,
-            audit: true,
-        };
-        Self(
-            rules
+        Self {
+            rules: rules
                 .iter()
                 .filter(|r| r.shadowable && r.kind == WebhookKind::Validating)
-                .map(|r| (r.name, audit))
+                .map(|r| (r.name, AUDIT))
                 .collect(),
-        )
+            endpoints: BTreeMap::new(),
+        }
     }
 
     /// Builds the table from parsed `--rule-action` values; the last naming a rule wins.
     pub fn from_parsed(values: &[(&'static str, Action)]) -> Self {
-        Self(values.iter().copied().collect())
+        Self {
+            rules: values.iter().copied().collect(),
+            endpoints: BTreeMap::new(),
+        }
+    }
+
+    /// With every shadowable rule of the endpoints at `paths` in Audit (`--entry-action`).
+    pub fn with_audited_endpoints(mut self, paths: &[&str], rules: &[Rule]) -> Self {
+        for rule in rules.iter().filter(|r| r.shadowable) {
+            for webhook in rule.webhooks.iter().filter(|w| paths.contains(w)) {
+                self.endpoints.insert((webhook, rule.name), AUDIT);
+            }
+        }
+        self
     }
 }
 
@@ -317,8 +337,24 @@ mod parse_tests {
             parse("V=Audit", &rules).unwrap(),
         ];
         let actions = RuleActions::from_parsed(&values);
-        assert_eq!(actions.of("V").label(WebhookKind::Validating), "Audit");
-        assert_eq!(actions.of("M"), Action::ENFORCE);
-        assert_eq!(RuleActions::default().of("V"), Action::ENFORCE);
+        assert_eq!(
+            actions.of("/x", "V").label(WebhookKind::Validating),
+            "Audit"
+        );
+        assert_eq!(actions.of("/x", "M"), Action::ENFORCE);
+        assert_eq!(RuleActions::default().of("/x", "V"), Action::ENFORCE);
+    }
+
+    #[test]
+    fn an_audited_endpoint_shadows_its_shadowable_rules_there_only() {
+        let mut rules = rules();
+        rules[0].webhooks = vec!["/a", "/b"];
+        rules[2].webhooks = vec!["/a"];
+        let warned = [parse("M=Audit", &rules).unwrap()];
+        let actions = RuleActions::from_parsed(&warned).with_audited_endpoints(&["/a"], &rules);
+        assert!(!actions.of("/a", "V").enforces());
+        assert!(actions.of("/b", "V").enforces(), "another endpoint's run");
+        assert!(actions.of("/a", "Guard").enforces(), "not shadowable");
+        assert!(!actions.of("/x", "M").enforces(), "the rule's own action");
     }
 }

@@ -92,12 +92,22 @@ fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {
     let weight = match current {
         None => serde_json::to_string(&max),
         Some(raw) => {
-            let mut weight: ResourceList = serde_json::from_str(raw).map_err(|e| {
+            let weight: Option<ResourceList> = serde_json::from_str(raw).map_err(|e| {
                 Rejection::invalid(format!(
                     "fillDefaultQuotaInfo unmarshal sharedWeight failed:{e}"
                 ))
             })?;
             let max = max.unwrap_or_default();
+            // JSON `null` (what this rule writes for a quota without max) reads as no list, as
+            // Go reads it; filled from a max, Koordinator panics (a nil map): refused here.
+            let Some(mut weight) = weight else {
+                if max.is_empty() {
+                    return Ok(());
+                }
+                return Err(Rejection::invalid(format!(
+                    "{SHARED_WEIGHT} is null while spec.max is set: remove it to have it filled from max, or give a resource list"
+                )));
+            };
             let before = weight.clone();
             weight.retain(|k, _| max.contains_key(k));
             for (k, v) in &max {

@@ -68,7 +68,12 @@ mod tests {
         let (gates, settings) = parse(&args).unwrap();
         assert_eq!(gates, "EnableQuotaAdmission=true");
         assert_eq!(settings.slo_config_name, "other");
-        assert!(!settings.actions.of("ColocationQoSPriority").enforces());
+        assert!(
+            !settings
+                .actions
+                .of("/validate-pod", "ColocationQoSPriority")
+                .enforces()
+        );
         let bad = parse(&["serve".to_owned(), "--rule-action=Nope=Warn".to_owned()]);
         assert!(bad.unwrap_err().to_string().contains("Nope"));
     }

@@ -20,6 +20,7 @@ use koord_webhook::metrics::Metrics;
 use serde_json::{Value, json};
 
 mod generators;
+mod idempotence;
 
 use generators::{
     mutate_pod_case, mutate_reservation_case, node_status_case, pod_quota_case, quota_case,
@@ -138,6 +139,20 @@ const OURS_ONLY: [(&str, bool); 5] = [
 ];
 
 fn ours(case: &Case) -> Answer {
+    let (response, patched) = ours_raw(case);
+    Answer {
+        allowed: response["allowed"].as_bool().unwrap_or(false),
+        code: response["status"]["code"].as_i64().unwrap_or(0),
+        message: response["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        patched: normalized(patched),
+    }
+}
+
+/// Our response to the case's review, and the object with its patch applied (as sent when none).
+fn ours_raw(case: &Case) -> (Value, Value) {
     let mut writer = CacheWriter::default();
     for object in &case.objects {
         writer.apply(to_cached(object.clone()).expect("state object"));
@@ -177,15 +192,7 @@ fn ours(case: &Case) -> Answer {
         // No patch: the object as sent is what the API server keeps.
         None => object,
     };
-    Answer {
-        allowed: response["allowed"].as_bool().unwrap_or(false),
-        code: response["status"]["code"].as_i64().unwrap_or(0),
-        message: response["status"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        patched: normalized(patched),
-    }
+    (response, patched)
 }
 
 /// One `koordinator-review --lines` process: cases in, one answer line each out. Started again
@@ -413,8 +420,38 @@ fn validate_quota(r: &mut Rng) -> Case {
     quota_case(r, webhooks::VALIDATE_ELASTIC_QUOTA)
 }
 
+/// The case again, with the object as our first answer left it: what the endpoint meets when it
+/// sees an object it (or koord-manager, which agrees) already mutated.
+fn again(generate: Generator, r: &mut Rng) -> Case {
+    let case = generate(r);
+    let (_, patched) = ours_raw(&case);
+    with_object(case, patched)
+}
+
+/// The case with `object` in place of its review's object.
+fn with_object(mut case: Case, object: Value) -> Case {
+    case.review["request"]["object"] = object;
+    case
+}
+
+fn mutate_quota_again(r: &mut Rng) -> Case {
+    again(mutate_quota, r)
+}
+
+fn node_status_again(r: &mut Rng) -> Case {
+    again(node_status_case, r)
+}
+
+fn mutate_pod_again(r: &mut Rng) -> Case {
+    again(mutate_pod_case, r)
+}
+
+fn mutate_reservation_again(r: &mut Rng) -> Case {
+    again(mutate_reservation_case, r)
+}
+
 /// The generators, by endpoint.
-const GENERATORS: [(&str, Generator); 9] = [
+const GENERATORS: [(&str, Generator); 13] = [
     ("mutate-elastic-quota", mutate_quota),
     ("validate-elastic-quota", validate_quota),
     ("mutate-node-status", node_status_case),
@@ -424,6 +461,10 @@ const GENERATORS: [(&str, Generator); 9] = [
     ("validate-pod", validate_pod_case),
     ("mutate-reservation", mutate_reservation_case),
     ("validate-node", validate_node_case),
+    ("mutate-elastic-quota-again", mutate_quota_again),
+    ("mutate-node-status-again", node_status_again),
+    ("mutate-pod-again", mutate_pod_again),
+    ("mutate-reservation-again", mutate_reservation_again),
 ];
 
 /// One case through both sides, classified.
