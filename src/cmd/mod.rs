@@ -1,6 +1,7 @@
 //! The subcommands.
 
 pub mod audit;
+mod deployed;
 pub mod manifests;
 pub mod review;
 pub mod serve;

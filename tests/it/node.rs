@@ -601,6 +601,9 @@ async fn installed_from_the_manifests_on_a_real_node() {
     .await;
     // Both replicas must have the profile in their cache: ask until one answers with it.
     colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
+    // `status` reads the replicas' metrics through the API server's pod proxy: the BE pod at
+    // koord-prod priority refused just now is counted against its rule.
+    rule_refusals_show_in_status(&node).await;
 
     // --- 60 uploads of 6 MiB at once over HTTP/2, straight to one replica (a caller inside the
     // cluster network): the replica holds at most --max-inflight-request-bytes, refuses the rest
@@ -1182,4 +1185,18 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
         )
         .await
         .expect("a pod is created normally after helm uninstall");
+}
+
+/// `status -o json` lists ColocationQoSPriority with at least one refusal counted by the replicas.
+async fn rule_refusals_show_in_status(node: &Node) {
+    let out = node
+        .koord_webhook(&["status", "--namespace", NAMESPACE, "-o", "json"])
+        .await;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(status["ruleNotes"], serde_json::json!([]), "{status:#}");
+    let counted =
+        status["rules"].as_array().into_iter().flatten().any(|r| {
+            r["rule"] == "ColocationQoSPriority" && r["denied"].as_u64().unwrap_or(0) >= 1
+        });
+    assert!(counted, "no refusal counted in status: {status:#}");
 }

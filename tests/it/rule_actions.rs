@@ -160,3 +160,54 @@ async fn an_entry_in_audit_records_what_its_rules_would_refuse() {
     .await;
     assert_eq!(validate(&mut conn).await["allowed"], false);
 }
+
+/// `status` shows the rule actions the installed Deployment runs with (entry actions expanded to
+/// their rules).
+#[test]
+fn status_shows_the_rule_actions_of_the_deployment() {
+    let cp = crate::support::control_plane::ControlPlane::start();
+    crate::support::operator::install(&cp);
+    let patch = json!([
+        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+         "value": "--rule-action=ColocationQoSPriority=Warn+Audit"},
+        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+         "value": "--entry-action=vnode.koordinator.sh=Audit"}
+    ]);
+    cp.kubectl_ok(
+        &[
+            "patch",
+            "deployment",
+            "-n",
+            "koordinator-system",
+            "koord-webhook",
+            "--type=json",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(["status", "-o", "json", "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let rules: Vec<(String, String, String)> = status["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let text = |key: &str| r[key].as_str().unwrap().to_owned();
+            (text("rule"), text("webhook"), text("action"))
+        })
+        .collect();
+    let expected = [
+        ("ColocationQoSPriority", "/validate-pod", "Warn+Audit"),
+        ("NodeAmplificationBounds", "/validate-node", "Audit"),
+        ("NodeSLOConfigConflict", "/validate-node", "Audit"),
+    ]
+    .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()));
+    assert_eq!(rules, expected, "{status:#}");
+    assert_eq!(status["ruleNotes"], json!([]), "{status:#}");
+}

@@ -7,7 +7,6 @@
 //! reads: the chains run without write ports and on dry-run reviews. Exit 0 when nothing is found,
 //! 1 when something is, 2 when the cluster cannot be read.
 
-mod deployed;
 mod listing;
 mod report;
 
@@ -85,7 +84,7 @@ const NOT_FOR_STORED: &str = "ElasticQuotaEvaluation";
 pub async fn run(args: &AuditArgs) -> anyhow::Result<(String, bool)> {
     let client = crate::cluster_client::client(&args.cluster).await?;
     let (gates, settings) = if args.same_as_deployed {
-        deployed::flags(&client, &args.cluster.namespace).await?
+        super::deployed::flags(&client, &args.cluster.namespace).await?
     } else {
         (args.feature_gates.clone(), args.rules.settings())
     };

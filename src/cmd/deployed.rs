@@ -1,5 +1,6 @@
-//! `audit --same-as-deployed`: the feature gates and rule flags of the installed replicas, read from
-//! their Deployment's container arguments and parsed as `serve` parses them.
+//! The feature gates and rule flags of the installed replicas (`audit --same-as-deployed`, the rule
+//! actions `status` shows), read from their Deployment's container arguments and parsed as `serve`
+//! parses them.
 
 use anyhow::{Context, anyhow};
 use clap::Parser;
@@ -11,7 +12,8 @@ use crate::admission::Settings;
 use crate::cli::{Cli, Command};
 use crate::names::{APP_NAME, SELECTOR_LABEL};
 
-/// The gates and rule settings `serve` runs with in `namespace`'s koord-webhook Deployment.
+/// The gates and rule settings (entry actions included) `serve` runs with in `namespace`'s
+/// koord-webhook Deployment.
 pub async fn flags(client: &Client, namespace: &str) -> anyhow::Result<(String, Settings)> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let selector = format!("{SELECTOR_LABEL}={APP_NAME}");
@@ -45,7 +47,12 @@ fn parse(args: &[String]) -> anyhow::Result<(String, Settings)> {
             )
         })?;
     match cli.command {
-        Command::Serve(serve) => Ok((serve.feature_gates, serve.rules.settings())),
+        Command::Serve(serve) => {
+            let audited =
+                (serve.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
+            let settings = serve.rules.settings().auditing_endpoints(&audited);
+            Ok((serve.feature_gates, settings))
+        }
         _ => Err(anyhow!("the Deployment's container runs no `serve`")),
     }
 }
@@ -61,6 +68,7 @@ mod tests {
             "--port=9443",
             "--feature-gates=EnableQuotaAdmission=true",
             "--rule-action=ColocationQoSPriority=Warn",
+            "--entry-action=vnode.koordinator.sh=Audit",
             "--slo-config-name=other",
         ]
         .map(String::from)
@@ -72,6 +80,12 @@ mod tests {
             !settings
                 .actions
                 .of("/validate-pod", "ColocationQoSPriority")
+                .enforces()
+        );
+        assert!(
+            !settings
+                .actions
+                .of("/validate-node", "NodeSLOConfigConflict")
                 .enforces()
         );
         let bad = parse(&["serve".to_owned(), "--rule-action=Nope=Warn".to_owned()]);

@@ -26,6 +26,9 @@ use crate::names::{
 use crate::operator::secrets::{self, PHASE_ANNOTATION};
 use crate::operator::webhook_keeper;
 
+mod rules;
+pub use rules::RuleStatus;
+
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
@@ -43,6 +46,10 @@ pub struct Status {
     pub configurations: Vec<ConfigurationStatus>,
     pub objects: Vec<ObjectCount>,
     pub recent_events: Vec<String>,
+    /// Rules not at their default action, or with refusals counted (docs/admission.md).
+    pub rules: Vec<RuleStatus>,
+    /// What could not be read for `rules`.
+    pub rule_notes: Vec<String>,
 }
 
 #[derive(Serialize, Debug)]
@@ -311,6 +318,8 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
         })
         .collect();
 
+    let (rules, rule_notes) = rules::collect(client, namespace).await;
+
     Ok(Status {
         healthy: problems.is_empty(),
         problems,
@@ -323,6 +332,8 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
         configurations,
         objects,
         recent_events,
+        rules,
+        rule_notes,
     })
 }
 
@@ -380,6 +391,20 @@ pub fn render_text(status: &Status) -> String {
     let _ = writeln!(out, "recent events:");
     for e in &status.recent_events {
         let _ = writeln!(out, "  {e}");
+    }
+    let _ = writeln!(
+        out,
+        "rules (not enforcing, or refusing; counts since each replica started):"
+    );
+    for r in &status.rules {
+        let _ = writeln!(
+            out,
+            "  {} on {}: {}; denied {}, would deny {}, would change {}",
+            r.rule, r.webhook, r.action, r.denied, r.would_deny, r.would_change
+        );
+    }
+    for note in &status.rule_notes {
+        let _ = writeln!(out, "  ({note})");
     }
     out
 }
