@@ -8,12 +8,14 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use crate::install::CRITICAL_PODS_QUOTA;
 use anyhow::Context;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -116,6 +118,11 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     delete(
         &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
         APP_NAME,
+    )
+    .await?;
+    delete(
+        &Api::<ResourceQuota>::namespaced(client.clone(), namespace),
+        CRITICAL_PODS_QUOTA,
     )
     .await?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);

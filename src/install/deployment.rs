@@ -1,4 +1,4 @@
-//! Deployment, Service and PodDisruptionBudget.
+//! Deployment, Service, PodDisruptionBudget and the ResourceQuota that admits its priority class.
 
 use std::collections::BTreeMap;
 
@@ -6,10 +6,12 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceFieldSelector, ResourceRequirements, SeccompProfile, SecretVolumeSource,
-    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceFieldSelector, ResourceQuota,
+    ResourceQuotaSpec, ResourceRequirements, ScopeSelector, ScopedResourceSelectorRequirement,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -219,10 +221,10 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
                 spec: Some(PodSpec {
                     service_account_name: Some(APP_NAME.to_owned()),
                     containers: vec![container],
+                    // Non-root by the image's numeric USER (65532) and runAsNonRoot, with no fixed
+                    // UID or GID: OpenShift's restricted SCC assigns its own.
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
-                        run_as_user: Some(65532),
-                        run_as_group: Some(65532),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".to_owned(),
                             localhost_profile: None,
@@ -231,12 +233,64 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
                     }),
                     // Longer than the drain delay plus in-flight requests.
                     termination_grace_period_seconds: Some(30),
-                    priority_class_name: Some("system-cluster-critical".to_owned()),
+                    priority_class_name: Some(CRITICAL_PRIORITY_CLASS.to_owned()),
+                    affinity: Some(spread_over_nodes()),
                     volumes: client_ca_volume.map(|v| vec![v]),
                     ..Default::default()
                 }),
             },
             ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The replicas' priority class: admission is part of the control plane's availability.
+pub const CRITICAL_PRIORITY_CLASS: &str = "system-cluster-critical";
+
+/// Replicas preferably on different nodes: a node drained or lost takes one, not both (with
+/// `failurePolicy: Fail`, losing both fails every call). Preferred, so one node still runs two.
+fn spread_over_nodes() -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector_labels()),
+                            match_expressions: None,
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..Default::default()
+                    },
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The name of the ResourceQuota that admits the critical priority class.
+pub const CRITICAL_PODS_QUOTA: &str = "koord-webhook-critical-pods";
+
+/// Admits pods of the critical priority class in the release namespace: clusters that keep
+/// `system-cluster-critical` to `kube-system` (GKE's default admission configuration) refuse such
+/// pods elsewhere unless a ResourceQuota scoped to the class allows them.
+pub fn critical_pods_quota() -> ResourceQuota {
+    ResourceQuota {
+        metadata: meta(CRITICAL_PODS_QUOTA),
+        spec: Some(ResourceQuotaSpec {
+            hard: Some([("pods".to_owned(), Quantity("10".to_owned()))].into()),
+            scope_selector: Some(ScopeSelector {
+                match_expressions: Some(vec![ScopedResourceSelectorRequirement {
+                    operator: "In".to_owned(),
+                    scope_name: "PriorityClass".to_owned(),
+                    values: Some(vec![CRITICAL_PRIORITY_CLASS.to_owned()]),
+                }]),
+            }),
+            scopes: None,
         }),
         status: None,
     }

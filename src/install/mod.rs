@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::apis::all_crds;
 use crate::features::FeatureGates;
 use crate::names::app_labels;
+pub use deployment::CRITICAL_PODS_QUOTA;
 pub use options::{ClientCaMount, ClientCaObject, DEFAULT_IMAGE, InstallOptions};
 pub use webhook_configurations::{ClientConfigMode, WebhookTarget};
 
@@ -41,6 +42,7 @@ pub fn render(options: &InstallOptions) -> Result<String, serde_yaml::Error> {
     push(&deployment::deployment(options))?;
     push(&deployment::service())?;
     push(&deployment::pod_disruption_budget())?;
+    push(&deployment::critical_pods_quota())?;
     push(&webhook_configurations::mutating(
         &options.gates,
         &options.target,

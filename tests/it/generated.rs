@@ -278,6 +278,78 @@ fn serve_flags_are_values_of_the_chart_and_flags_of_manifests() {
     }
 }
 
+/// What every platform needs from the defaults: no fixed UID or GID, replicas spread over nodes, a
+/// ResourceQuota admitting the critical priority class outside kube-system, a PodDisruptionBudget
+/// only with more than one replica, and an image pinned by digest when one is given.
+#[test]
+fn the_chart_defaults_fit_every_platform() {
+    let rendered = helm_template("koordinator-system", &["createNamespace=true"]);
+    assert!(!rendered.contains("runAsUser") && !rendered.contains("runAsGroup"));
+    assert!(
+        rendered.contains("podAntiAffinity:")
+            && rendered.contains("topologyKey: kubernetes.io/hostname")
+    );
+    assert!(
+        rendered.contains("kind: ResourceQuota") && rendered.contains("scopeName: PriorityClass")
+    );
+    assert!(rendered.contains("kind: PodDisruptionBudget"));
+
+    let one = helm_template("koordinator-system", &["replicaCount=1"]);
+    assert!(
+        !one.contains("kind: PodDisruptionBudget"),
+        "one replica: no PDB"
+    );
+    let in_kube_system = helm_template("kube-system", &[]);
+    assert!(!in_kube_system.contains("kind: ResourceQuota"));
+    let other_class = helm_template("koordinator-system", &["priorityClassName=team-high"]);
+    assert!(!other_class.contains("kind: ResourceQuota"));
+
+    let pinned = helm_template(
+        "koordinator-system",
+        &["image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"],
+    );
+    assert!(pinned.contains(
+        "image: ghcr.io/koord-webhook/koord-webhook@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    ));
+    let spread = helm_template(
+        "koordinator-system",
+        &[
+            "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone,topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        ],
+    );
+    assert!(
+        spread.contains("topologySpreadConstraints:")
+            && spread.contains("topology.kubernetes.io/zone")
+    );
+}
+
+/// Every alert has a runbook_url whose anchor is a section of docs/runbooks.md.
+#[test]
+fn every_alert_has_a_runbook() {
+    let rendered = helm_template(
+        "koordinator-system",
+        &["metrics.prometheusRule.enabled=true"],
+    );
+    let runbooks =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/runbooks.md")).unwrap();
+    let alerts: Vec<&str> = rendered
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 6, "{rendered}");
+    for alert in alerts {
+        let url = format!(
+            "runbook_url: https://github.com/koord-webhook/koord-webhook/blob/main/docs/runbooks.md#{}",
+            alert.to_lowercase()
+        );
+        assert!(rendered.contains(&url), "{alert} has no runbook_url");
+        assert!(
+            runbooks.contains(&format!("\n## {alert}\n")),
+            "{alert} has no runbook"
+        );
+    }
+}
+
 /// Bad values stop the render with a message rather than installing something else.
 #[test]
 fn the_chart_refuses_bad_values() {

@@ -1060,12 +1060,16 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
         "--create-namespace",
         "--set",
         "crds.install=false",
+        // A UID of the kind OpenShift's restricted SCC assigns: the chart fixes none.
+        "--set",
+        "podSecurityContext.runAsUser=1000700000",
         "--wait",
         "--timeout",
         "3m",
     ]))
     .await;
     node.wait_healthy(HELM_NS).await;
+    installed_for_every_platform(client, HELM_NS).await;
     eprintln!(
         "helm install to healthy in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -1199,4 +1203,40 @@ async fn rule_refusals_show_in_status(node: &Node) {
             r["rule"] == "ColocationQoSPriority" && r["denied"].as_u64().unwrap_or(0) >= 1
         });
     assert!(counted, "no refusal counted in status: {status:#}");
+}
+
+/// The chart's Deployment runs as the UID it was given, spreads its replicas over nodes (preferred:
+/// this one node runs both), and a ResourceQuota admits its critical priority class.
+async fn installed_for_every_platform(client: &kube::Client, namespace: &str) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get("koord-webhook")
+        .await
+        .unwrap();
+    let spec = deployment.spec.unwrap().template.spec.unwrap();
+    let security = spec.security_context.unwrap();
+    assert_eq!(security.run_as_user, Some(1000700000));
+    assert_eq!(security.run_as_group, None);
+    let anti = spec.affinity.unwrap().pod_anti_affinity.unwrap();
+    let preferred = anti
+        .preferred_during_scheduling_ignored_during_execution
+        .unwrap();
+    assert_eq!(
+        preferred[0].pod_affinity_term.topology_key,
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        spec.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    let quota = Api::<ResourceQuota>::namespaced(client.clone(), namespace)
+        .get("koord-webhook-critical-pods")
+        .await
+        .unwrap();
+    let used = quota.status.and_then(|s| s.used).unwrap_or_default();
+    assert!(
+        used.get("pods").is_some_and(|q| q.0 != "0"),
+        "the replicas are counted against the class's quota: {used:?}"
+    );
 }

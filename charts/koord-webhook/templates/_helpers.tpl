@@ -9,7 +9,11 @@ app.kubernetes.io/name: koord-webhook
 {{- end }}
 
 {{- define "koord-webhook.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- if .Values.image.digest }}
+{{- .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else }}
+{{- .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
 {{- end }}
 
 {{/* Whether gate (list $ name default) is on. */}}
