@@ -111,7 +111,8 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
 }
 
 /// Writes `crds.yaml`, `rbac.yaml`, `webhooks.yaml` and `serve-flags.yaml` (the flags the chart's
-/// `serve:` value may set) into `dir` (the chart's `files/`).
+/// `serve:` value may set) into `dir` (the chart's `files/`), and `values.schema.json` and the
+/// values table of `README.md` into the chart beside it.
 pub fn write(dir: &Path, serve_flags: &ServeFlags) -> anyhow::Result<()> {
     use anyhow::Context;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -129,5 +130,18 @@ pub fn write(dir: &Path, serve_flags: &ServeFlags) -> anyhow::Result<()> {
     write("rbac.yaml", serde_yaml::to_string(&rbac)?)?;
     write("webhooks.yaml", serde_yaml::to_string(&webhook_table()?)?)?;
     write("serve-flags.yaml", serde_yaml::to_string(serve_flags)?)?;
+    let chart = dir.parent().unwrap_or(dir);
+    let schema = super::chart_values::schema();
+    let readme = super::chart_values::readme(&schema);
+    for (name, body) in [
+        (
+            "values.schema.json",
+            serde_json::to_string_pretty(&schema)? + "\n",
+        ),
+        ("README.md", readme),
+    ] {
+        let path = chart.join(name);
+        std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! `manifests/` holds the output and a test fails when it is stale.
 
 pub mod chart_files;
+mod chart_values;
 mod deployment;
 pub mod entry_policy;
 mod options;

@@ -128,18 +128,24 @@ fn install_manifests_are_the_chart_rendered() {
     assert_current("manifests/install.yaml", &format!("{header}{rendered}"));
 }
 
-/// The chart's data files (CRDs, RBAC rules, the webhook table) are what the binary writes.
+/// The chart's data files (CRDs, RBAC rules, the webhook table; beside `files/`, the values schema and
+/// the README) are what the binary writes.
 #[test]
 fn chart_files_are_current() {
-    let dir = tempfile::tempdir().unwrap();
+    let chart = tempfile::tempdir().unwrap();
+    let files = chart.path().join("files");
     koord_webhook::install::chart_files::write(
-        dir.path(),
+        &files,
         &koord_webhook::cmd::manifests::serve_flags(),
     )
     .unwrap();
     for name in ["crds.yaml", "rbac.yaml", "webhooks.yaml"] {
-        let rendered = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let rendered = std::fs::read_to_string(files.join(name)).unwrap();
         assert_current(&format!("charts/koord-webhook/files/{name}"), &rendered);
+    }
+    for name in ["values.schema.json", "README.md"] {
+        let rendered = std::fs::read_to_string(chart.path().join(name)).unwrap();
+        assert_current(&format!("charts/koord-webhook/{name}"), &rendered);
     }
 }
 
@@ -350,26 +356,59 @@ fn every_alert_has_a_runbook() {
     }
 }
 
+/// `helm lint` passes (values.yaml against the schema included) with nothing worse than INFO.
+#[test]
+fn helm_lint_is_clean() {
+    let out = std::process::Command::new(helm())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["lint", "--strict", "charts/koord-webhook"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+        "{text}"
+    );
+}
+
 /// Bad values stop the render with a message rather than installing something else.
 #[test]
 fn the_chart_refuses_bad_values() {
     for (set, message) in [
-        ("webhooks.timeoutSeconds=31", "timeoutSeconds must be 1-30"),
+        // values.schema.json (src/install/chart_values.rs): a misspelt key, enums, ranges.
+        (
+            "metrics.serviceMonitr.enabled=true",
+            "additional properties 'serviceMonitr' not allowed",
+        ),
+        (
+            "webhooks.timeoutSeconds=31",
+            "at '/webhooks/timeoutSeconds': maximum: got 31, want 30",
+        ),
         (
             "webhooks.failurePolicy.all=Sometimes",
-            "neither Fail nor Ignore",
+            "value must be one of 'Fail', 'Ignore'",
         ),
         (
             "webhooks.actions.vpod\\.koordinator\\.sh=Warn",
-            "an entry's action is Audit",
+            "value must be 'Audit'",
         ),
+        (
+            "replicaCount=0",
+            "at '/replicaCount': minimum: got 0, want 1",
+        ),
+        ("image.digest=latest", "at '/image/digest'"),
         (
             "webhooks.actions.mpod-create\\.koordinator\\.sh=Audit,webhooks.narrowCalls=false",
             "share the rules of /mutate-pod: name them both",
         ),
         (
             "certificates.mode=manual",
-            "certificates.mode is self or external",
+            "value must be one of 'self', 'external'",
         ),
         (
             "clientCA.configMap=a,clientCA.secret=b",
