@@ -100,6 +100,10 @@ pub struct StatusArgs {
     /// replaced it at half its life).
     #[arg(long, default_value = "168h", value_parser = parse_duration_arg)]
     pub expiry_threshold: Duration,
+    /// Once healthy, also check admission end to end: a dry-run pod create in NAMESPACE (one the
+    /// pod entries do not skip) must be refused by koord-webhook (`helm test` does this).
+    #[arg(long, value_name = "NAMESPACE", value_parser = crate::names::parse_namespace)]
+    pub check_admission: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

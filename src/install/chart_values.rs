@@ -65,6 +65,15 @@ pub struct Values {
     topology_spread_constraints: Vec<TopologySpreadConstraint>,
     /// Annotations of the replicas' Pods.
     pod_annotations: BTreeMap<String, String>,
+    tests: Tests,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Tests {
+    /// `helm test` checks admission with a dry-run pod create here (not a namespace the pod entries
+    /// skip).
+    admission_namespace: String,
 }
 
 #[derive(JsonSchema)]

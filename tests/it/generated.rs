@@ -36,6 +36,7 @@ pub fn helm_template(namespace: &str, sets: &[&str]) -> String {
         "template",
         "koord-webhook",
         "charts/koord-webhook",
+        "--skip-tests",
         "--namespace",
         namespace,
     ]);

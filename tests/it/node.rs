@@ -1070,6 +1070,17 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
     .await;
     node.wait_healthy(HELM_NS).await;
     installed_for_every_platform(client, HELM_NS).await;
+    // `helm test`: its Pod runs `status --wait --check-admission default` with its own RBAC.
+    let tested = run(args(&[
+        "test",
+        "koord-webhook",
+        "--namespace",
+        HELM_NS,
+        "--timeout",
+        "3m",
+    ]))
+    .await;
+    assert!(tested.contains("Succeeded"), "{tested}");
     eprintln!(
         "helm install to healthy in {:.1}s",
         started.elapsed().as_secs_f64()

@@ -211,3 +211,34 @@ fn status_shows_the_rule_actions_of_the_deployment() {
     assert_eq!(rules, expected, "{status:#}");
     assert_eq!(status["ruleNotes"], json!([]), "{status:#}");
 }
+
+/// `status --check-admission NS` (what `helm test` runs): healthy only when a dry-run pod create
+/// in NS is refused by koord-webhook; in a namespace the pod entries skip, it is admitted: unhealthy,
+/// saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_checks_admission_end_to_end() {
+    let cluster = crate::support::operator::Cluster::start().await;
+    let operator = cluster.operator("replica-a", &[]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let status = |namespace: &str, wait: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            .args(["status", "-o", "json", "--kubeconfig"])
+            .arg(&cluster.cp.kubeconfig)
+            .args(["--check-admission", namespace])
+            .args(wait)
+            .output()
+            .unwrap()
+    };
+    let checked = status("default", &["--wait", "--timeout", "60s"]);
+    let report: Value = serde_json::from_slice(&checked.stdout).unwrap_or_default();
+    assert_eq!(checked.status.code(), Some(0), "{report:#}");
+
+    let exempt = status("kube-system", &[]);
+    let report: Value = serde_json::from_slice(&exempt.stdout).unwrap_or_default();
+    assert_eq!(exempt.status.code(), Some(1), "{report:#}");
+    let problems = report["problems"].to_string();
+    assert!(
+        problems.contains("koord-webhook was not called"),
+        "{problems}"
+    );
+}

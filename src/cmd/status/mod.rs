@@ -26,6 +26,7 @@ use crate::names::{
 use crate::operator::secrets::{self, PHASE_ANNOTATION};
 use crate::operator::webhook_keeper;
 
+mod admission_check;
 mod rules;
 pub use rules::RuleStatus;
 
@@ -419,9 +420,15 @@ pub async fn run(args: &StatusArgs) -> anyhow::Result<(String, bool)> {
     };
     let deadline = tokio::time::Instant::now() + args.timeout;
     let status = loop {
-        let status = tokio::time::timeout(Duration::from_secs(15), collect(&client, &checks))
+        let mut status = tokio::time::timeout(Duration::from_secs(15), collect(&client, &checks))
             .await
             .context("the cluster did not answer within 15s")??;
+        if let Some(namespace) = args.check_admission.as_deref().filter(|_| status.healthy)
+            && let Some(problem) = admission_check::check(&client, namespace).await
+        {
+            status.problems.push(problem);
+            status.healthy = false;
+        }
         if status.healthy || !args.wait || tokio::time::Instant::now() >= deadline {
             break status;
         }
