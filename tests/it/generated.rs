@@ -29,6 +29,28 @@ pub fn helm() -> std::path::PathBuf {
     path
 }
 
+/// One template of the chart (`--show-only`), rendered into `namespace` with the defaults.
+pub fn helm_show(namespace: &str, template: &str) -> String {
+    let out = std::process::Command::new(helm())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "template",
+            "koord-webhook",
+            "charts/koord-webhook",
+            "--namespace",
+            namespace,
+        ])
+        .args(["--show-only", template])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `helm template` of the chart into `namespace` with `--set` values.
 pub fn helm_template(namespace: &str, sets: &[&str]) -> String {
     let mut command = std::process::Command::new(helm());

@@ -233,6 +233,37 @@ async fn status_checks_admission_end_to_end() {
     let report: Value = serde_json::from_slice(&checked.stdout).unwrap_or_default();
     assert_eq!(checked.status.code(), Some(0), "{report:#}");
 
+    // The same as `helm test` runs it: as the chart's test ServiceAccount, with only its RBAC.
+    let hooks = crate::generated::helm_show("koordinator-system", "templates/tests/admission.yaml");
+    let without_pod: Vec<&str> = hooks
+        .split("\n---")
+        .filter(|doc| !doc.contains("kind: Pod\n"))
+        .collect();
+    cluster
+        .cp
+        .kubectl_ok(&["apply", "-f", "-"], Some(&without_pod.join("\n---")));
+    let dir = tempfile::tempdir().unwrap();
+    let tester = crate::support::operator::kubeconfig_as(
+        &cluster.cp,
+        dir.path(),
+        "system:serviceaccount:koordinator-system:koord-webhook-test",
+        "tester.kubeconfig",
+    );
+    let as_tester = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(["status", "-o", "json", "--kubeconfig"])
+        .arg(&tester)
+        .args(["--check-admission", "default"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&as_tester.stdout).unwrap_or_default();
+    assert_eq!(
+        as_tester.status.code(),
+        Some(0),
+        "{report:#} {}",
+        String::from_utf8_lossy(&as_tester.stderr)
+    );
+    assert_eq!(report["ruleNotes"], json!([]), "{report:#}");
+
     let exempt = status("kube-system", &[]);
     let report: Value = serde_json::from_slice(&exempt.stdout).unwrap_or_default();
     assert_eq!(exempt.status.code(), Some(1), "{report:#}");
