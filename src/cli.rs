@@ -246,6 +246,11 @@ pub struct ServeArgs {
     /// Serve `/debug/elastic-quota` (the quota tree as the webhook sees it) on the operations port.
     #[arg(long, env = "KOORD_WEBHOOK_ENABLE_DEBUG_ENDPOINTS")]
     pub enable_debug_endpoints: bool,
+    /// Also report what shadowed rules (`--rule-action`, `--entry-action`) would refuse as Warning
+    /// Events `WouldDeny` on the replica's Pod: per rule and namespace one at once and at most one
+    /// more a minute.
+    #[arg(long, env = "KOORD_WEBHOOK_WOULD_DENY_EVENTS")]
+    pub would_deny_events: bool,
 }
 
 #[derive(Args, Debug)]

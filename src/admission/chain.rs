@@ -17,6 +17,7 @@ use super::actions::Action;
 use super::deadline::Deadline;
 use super::env::{Env, Services};
 use super::outcome::{PluginResult, Rejection};
+use super::ports::WouldDeny;
 use super::settings::Settings;
 use super::webhooks::WebhookKind;
 use crate::cache::Cache;
@@ -357,6 +358,15 @@ impl<'c, 'a, T: kube::Resource> Rule<'c, 'a, T> {
             message = %Clipped(&rejection.message, MAX_LOGGED_MESSAGE),
             "would deny"
         );
+        if let Some(sink) = &self.ctx.services.findings {
+            sink.would_deny(WouldDeny {
+                rule: self.name,
+                namespace: request.namespace.clone().unwrap_or_default(),
+                kind: request.kind.kind.clone(),
+                name: request.name.clone(),
+                message: rejection.message.clone(),
+            });
+        }
         if self.action.warns() {
             self.ctx.warn(warning(self.name, &rejection.message));
         }

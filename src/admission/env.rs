@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kube::core::admission::Operation;
 
-use super::ports::{Dice, LedgerStore, PodReachGuard, QuotaStore, SystemDice};
+use super::ports::{Dice, FindingSink, LedgerStore, PodReachGuard, QuotaStore, SystemDice};
 use super::settings::Settings;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
@@ -32,6 +32,8 @@ pub struct Services {
     pub pod_reach: Option<Arc<dyn PodReachGuard>>,
     /// The random source of colocation profile probabilities (default: the system's).
     pub dice: Option<Arc<dyn Dice>>,
+    /// Where shadowed refusals are reported as Events (`--would-deny-events`).
+    pub findings: Option<Arc<dyn FindingSink>>,
 }
 
 impl Services {

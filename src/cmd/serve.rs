@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::admission::ports::{LedgerStore, PodReachGuard, QuotaStore};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::Recorder;
+
+use crate::admission::ports::{FindingSink, PodReachGuard};
 use crate::admission::{Admission, Services, Settings};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
@@ -18,6 +21,7 @@ use crate::install::WebhookTarget;
 use crate::kube_ports::pod_reach::KubePodReachGuard;
 use crate::kube_ports::quota::KubeQuotaStore;
 use crate::kube_ports::quota_ledger::KubeLedgerStore;
+use crate::kube_ports::would_deny_events::WouldDenyEvents;
 use crate::metrics::operator::CertLabels;
 use crate::operator::certificates::CertPolicy;
 use crate::operator::flags::OperatorFlags;
@@ -90,6 +94,54 @@ async fn terminated() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// The replica's own Pod, which its Events regard.
+fn own_pod(identity: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(identity.to_owned()),
+        namespace: Some(crate::names::namespace().to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The outside systems the rules reach in cluster mode (`client`): quota evaluation records what
+/// it admitted on the ElasticQuota itself, quota changes go through the ledger, narrowed pod
+/// entries are widened before a change needs them, and shadowed refusals become Events when asked.
+/// None with `--state`.
+fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> Services {
+    let Some(client) = client else {
+        return Services::default();
+    };
+    let client = client.clone();
+    let findings = args.would_deny_events.then(|| {
+        let recorder = Recorder::new(client.clone(), operator::reporter(identity));
+        let (sink, publish) =
+            WouldDenyEvents::start(recorder, own_pod(identity), WOULD_DENY_EVENT_WINDOW);
+        tokio::spawn(publish);
+        Arc::new(sink) as Arc<dyn FindingSink>
+    });
+    Services {
+        quota_store: Some(Arc::new(KubeQuotaStore {
+            client: client.clone(),
+        })),
+        quota_ledger: Some(Arc::new(KubeLedgerStore {
+            client: client.clone(),
+        })),
+        pod_reach: args.operator.entries.narrow_calls.then(|| {
+            Arc::new(KubePodReachGuard::new(
+                client,
+                args.operator.narrow_hold / 4,
+            )) as Arc<dyn PodReachGuard>
+        }),
+        dice: None,
+        findings,
+    }
+}
+
+/// Per rule and namespace, one WouldDeny Event at once and at most one more per window.
+const WOULD_DENY_EVENT_WINDOW: Duration = Duration::from_secs(60);
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
     if args.state.is_none() && args.operator.leader_elect {
@@ -117,30 +169,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
 
-    // In cluster mode, quota evaluation records what it admitted on the ElasticQuota itself.
-    let services = Services {
-        quota_store: operator.as_ref().map(|(client, _)| {
-            Arc::new(KubeQuotaStore {
-                client: client.clone(),
-            }) as Arc<dyn QuotaStore>
-        }),
-        quota_ledger: operator.as_ref().map(|(client, _)| {
-            Arc::new(KubeLedgerStore {
-                client: client.clone(),
-            }) as Arc<dyn LedgerStore>
-        }),
-        // Only narrowed pod entries need widening.
-        pod_reach: operator
-            .as_ref()
-            .filter(|_| args.operator.entries.narrow_calls)
-            .map(|(client, _)| {
-                Arc::new(KubePodReachGuard::new(
-                    client.clone(),
-                    args.operator.narrow_hold / 4,
-                )) as Arc<dyn PodReachGuard>
-            }),
-        dice: None,
-    };
+    let identity =
+        operator_config(&args.operator, args.port, gates, &args.rules.settings()).identity;
+    let services = services(
+        &args,
+        operator.as_ref().map(|(client, _)| client),
+        &identity,
+    );
     let client_ca = match &args.client_ca_file {
         Some(path) => {
             let pem = std::fs::read(path)
@@ -225,17 +260,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
         tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
         if let Some(limit) = args.limits.memory_limit {
-            let pod = k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: Some(config.identity.clone()),
-                namespace: Some(crate::names::namespace().to_owned()),
-                ..Default::default()
-            };
-            let recorder = kube::runtime::events::Recorder::new(
-                client.clone(),
-                operator::reporter(&config.identity),
-            );
+            let recorder = Recorder::new(client.clone(), operator::reporter(&config.identity));
+            let pod = own_pod(&config.identity);
             tokio::spawn(operator::memory_guard::run(
                 limit,
                 state.clone(),

@@ -8,6 +8,7 @@
 pub mod pod_reach;
 pub mod quota;
 pub mod quota_ledger;
+pub mod would_deny_events;
 
 use crate::admission::ports::StoreError;
 

@@ -1078,9 +1078,13 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
         HELM_NS,
         "--timeout",
         "3m",
+        "--logs",
     ]))
     .await;
-    assert!(tested.contains("Succeeded"), "{tested}");
+    assert!(
+        tested.contains("Succeeded") && tested.contains("healthy"),
+        "{tested}"
+    );
     eprintln!(
         "helm install to healthy in {:.1}s",
         started.elapsed().as_secs_f64()

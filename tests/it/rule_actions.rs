@@ -273,3 +273,65 @@ async fn status_checks_admission_end_to_end() {
         "{problems}"
     );
 }
+
+/// Through the API server: a rule in Warn lets the pod through with its warning, and with
+/// `--would-deny-events` the refusal becomes a WouldDeny Event on the replica's Pod, once per rule
+/// and namespace at first (three refusals, one Event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadowed_refusal_becomes_a_would_deny_event() {
+    use k8s_openapi::api::core::v1::{Event, Pod};
+    use kube::api::{Api, ListParams, PostParams};
+
+    let cluster = crate::support::operator::Cluster::start().await;
+    let client = cluster.client.clone();
+    cluster.cp.kubectl_ok(
+        &["apply", "-f", "-"],
+        Some("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: koord-prod}\nvalue: 9500\n"),
+    );
+    let operator = cluster.operator(
+        "replica-a",
+        &[
+            "--rule-action",
+            "ColocationQoSPriority=Warn",
+            "--would-deny-events",
+        ],
+    );
+    operator.wait_ready(Duration::from_secs(60)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let mut pod: Pod = serde_json::from_value(be_pod_at_prod_priority()).unwrap();
+    pod.metadata.namespace = Some("default".into());
+    pod.spec.as_mut().unwrap().priority = None;
+    for _ in 0..3 {
+        pods.create(&dry_run, &pod)
+            .await
+            .expect("allowed under Warn");
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), "koordinator-system");
+    let would_deny = crate::support::operator::eventually(
+        Duration::from_secs(20),
+        "a WouldDeny Event",
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let found: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("WouldDeny"))
+                .collect();
+            (!found.is_empty()).then_some(found)
+        },
+    )
+    .await;
+    assert_eq!(would_deny.len(), 1, "{would_deny:?}");
+    let event = &would_deny[0];
+    assert_eq!(event.involved_object.name.as_deref(), Some("replica-a"));
+    let note = event.message.clone().unwrap_or_default();
+    assert!(
+        note.starts_with("ColocationQoSPriority would deny Pod default/spark-1: ")
+            && note.contains(MESSAGE),
+        "{note}"
+    );
+}

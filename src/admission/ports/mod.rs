@@ -24,6 +24,23 @@ pub enum StoreError {
     Other(String),
 }
 
+/// A refusal a shadowed rule would have given (`--rule-action`), as reported outside the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WouldDeny {
+    pub rule: &'static str,
+    /// The request's namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    pub kind: String,
+    pub name: String,
+    pub message: String,
+}
+
+/// Where shadowed refusals are reported besides the metrics and the log (`--would-deny-events`).
+pub trait FindingSink: Send + Sync {
+    /// Called on the request path: must not wait (a full queue drops the report).
+    fn would_deny(&self, finding: WouldDeny);
+}
+
 /// Where quota evaluation reads and writes an ElasticQuota's `child-request`.
 pub trait QuotaStore: Send + Sync {
     fn get<'a>(
