@@ -14,6 +14,7 @@ mod conformance;
 mod control_plane;
 mod deadline;
 pub(crate) mod generated;
+mod image_architectures;
 mod layers;
 mod node;
 mod operator;
