@@ -84,7 +84,7 @@ fn one_index_holds_a_static_image_for_amd64_and_arm64() {
     ));
     assert!(
         archive.is_file(),
-        "{} is missing: scripts/test builds it (scripts/image --all) before the tests",
+        "{} is missing: scripts/test builds it (scripts/image --all) before the tests; its log: target/image/all.log",
         archive.display()
     );
     let layout = tempfile::tempdir().unwrap();
