@@ -233,7 +233,7 @@ pub async fn run_mutators<T: kube::Resource + Clone + PartialEq>(
         if ctx.out_of_time() {
             return Err(Halt::OutOfTime);
         }
-        let rule = Rule::new(plugin.name(), ctx, WebhookKind::Mutating, webhook, metrics);
+        let rule = RuleRun::new(plugin.name(), ctx, WebhookKind::Mutating, webhook, metrics);
         if rule.action.enforces() {
             let result = run_step(ctx.running, position, metrics, webhook, rule.name, || {
                 plugin.mutate(ctx, object)
@@ -273,7 +273,7 @@ pub async fn run_validators<T: kube::Resource>(
         if ctx.out_of_time() {
             return Err(Halt::OutOfTime);
         }
-        let rule = Rule::new(
+        let rule = RuleRun::new(
             plugin.name(),
             ctx,
             WebhookKind::Validating,
@@ -296,7 +296,7 @@ pub async fn run_validators<T: kube::Resource>(
 }
 
 /// One rule's run in a chain: what its action makes of its result.
-struct Rule<'c, 'a, T: kube::Resource> {
+struct RuleRun<'c, 'a, T: kube::Resource> {
     name: &'static str,
     action: Action,
     kind: WebhookKind,
@@ -305,7 +305,7 @@ struct Rule<'c, 'a, T: kube::Resource> {
     metrics: &'c Metrics,
 }
 
-impl<'c, 'a, T: kube::Resource> Rule<'c, 'a, T> {
+impl<'c, 'a, T: kube::Resource> RuleRun<'c, 'a, T> {
     fn new(
         name: &'static str,
         ctx: &'c Ctx<'a, T>,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::webhooks::WebhookKind;
 
-/// One rule's action: a set of Deny/Apply, Warn and Audit (which sets fit which rule: [`Rule::check`]).
+/// One rule's action: a set of Deny/Apply, Warn and Audit (which sets fit which rule: `parse`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Action {
     enforce: bool,
