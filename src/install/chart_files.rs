@@ -16,6 +16,9 @@ use crate::admission::webhooks::{WEBHOOKS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::install::{WebhookTarget, rbac, webhook_configurations};
 
+/// docs/grafana-dashboard.json, which the chart's dashboard ConfigMap carries.
+const GRAFANA_DASHBOARD: &str = include_str!("../../docs/grafana-dashboard.json");
+
 /// The fields of an entry the chart's values decide; the rest is copied from the table.
 const VALUE_FIELDS: &[&str] = &[
     "clientConfig",
@@ -130,6 +133,10 @@ pub fn write(dir: &Path, serve_flags: &ServeFlags) -> anyhow::Result<()> {
     write("rbac.yaml", serde_yaml::to_string(&rbac)?)?;
     write("webhooks.yaml", serde_yaml::to_string(&webhook_table()?)?)?;
     write("serve-flags.yaml", serde_yaml::to_string(serve_flags)?)?;
+    // The Grafana dashboard the chart ships in a ConfigMap (metrics.grafanaDashboard), as is.
+    let dashboard = dir.join("grafana-dashboard.json");
+    std::fs::write(&dashboard, GRAFANA_DASHBOARD)
+        .with_context(|| format!("cannot write {}", dashboard.display()))?;
     let chart = dir.parent().unwrap_or(dir);
     let schema = super::chart_values::schema();
     let readme = super::chart_values::readme(&schema);

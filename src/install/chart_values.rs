@@ -204,6 +204,18 @@ struct Metrics {
     service: Enabled,
     service_monitor: ServiceMonitor,
     prometheus_rule: PrometheusRule,
+    grafana_dashboard: GrafanaDashboard,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct GrafanaDashboard {
+    /// The dashboard (docs/grafana-dashboard.json) in a ConfigMap, for Grafana's dashboard sidecar.
+    enabled: bool,
+    /// Labels the sidecar selects dashboard ConfigMaps by.
+    labels: BTreeMap<String, String>,
+    /// The ConfigMap's namespace (empty: the release namespace).
+    namespace: String,
 }
 
 #[derive(JsonSchema)]

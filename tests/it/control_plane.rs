@@ -223,7 +223,7 @@ async fn the_api_server_calls_the_webhook_over_tls() {
 }
 
 /// Every object the chart can render is accepted by the API server: the chart with cert-manager
-/// certificates, a metrics Service, a ServiceMonitor and a PrometheusRule, in a namespace of its
+/// certificates, a metrics Service, a ServiceMonitor, a PrometheusRule and the dashboard ConfigMap, in a namespace of its
 /// own, applied for real next to the CRDs of those kinds (taken from cert-manager's and the
 /// Prometheus Operator's own modules by scripts/helm).
 #[tokio::test]
@@ -238,6 +238,7 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
             "certificates.mode=external",
             "metrics.serviceMonitor.enabled=true",
             "metrics.prometheusRule.enabled=true",
+            "metrics.grafanaDashboard.enabled=true",
             "webhooks.excludeNamespaceLabels={koordinator.sh/exempt}",
             "networkPolicy.apiServerCIDRs={10.96.0.1/32,192.168.0.0/24}",
             "clientCA.configMap=api-client-ca",
@@ -250,6 +251,7 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
         "kind: Issuer",
         "kind: ServiceMonitor",
         "kind: PrometheusRule",
+        "name: koord-webhook-dashboard",
         "cert-manager.io/inject-ca-from: koord-elsewhere/koord-webhook",
         "- --cert-mode=external",
     ] {
@@ -263,6 +265,8 @@ async fn every_object_the_chart_renders_is_accepted_by_the_api_server() {
         "servicemonitor.monitoring.coreos.com/koord-webhook",
         "prometheusrule.monitoring.coreos.com/koord-webhook",
         "service/koord-webhook-metrics",
+        "configmap/koord-webhook-dashboard",
+        "resourcequota/koord-webhook-critical-pods",
         "deployment.apps/koord-webhook",
         "networkpolicy.networking.k8s.io/koord-webhook",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/koordinator-validating-webhook-configuration",

@@ -162,7 +162,12 @@ fn chart_files_are_current() {
         &koord_webhook::cmd::manifests::serve_flags(),
     )
     .unwrap();
-    for name in ["crds.yaml", "rbac.yaml", "webhooks.yaml"] {
+    for name in [
+        "crds.yaml",
+        "rbac.yaml",
+        "webhooks.yaml",
+        "grafana-dashboard.json",
+    ] {
         let rendered = std::fs::read_to_string(files.join(name)).unwrap();
         assert_current(&format!("charts/koord-webhook/files/{name}"), &rendered);
     }
@@ -350,6 +355,33 @@ fn the_chart_defaults_fit_every_platform() {
         spread.contains("topologySpreadConstraints:")
             && spread.contains("topology.kubernetes.io/zone")
     );
+}
+
+/// `metrics.grafanaDashboard.enabled` renders docs/grafana-dashboard.json as it is, in a ConfigMap
+/// with the sidecar's label.
+#[test]
+fn the_dashboard_ships_in_a_config_map() {
+    assert!(!helm_template("koordinator-system", &[]).contains("koord-webhook-dashboard"));
+    let rendered = helm_template(
+        "koordinator-system",
+        &["metrics.grafanaDashboard.enabled=true"],
+    );
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let config_map = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "koord-webhook-dashboard")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(config_map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: serde_json::Value =
+        serde_json::from_str(config_map["data"]["koord-webhook.json"].as_str().unwrap()).unwrap();
+    let source: serde_json::Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/grafana-dashboard.json"
+    )))
+    .unwrap();
+    assert_eq!(shipped, source);
 }
 
 /// Every alert has a runbook_url whose anchor is a section of docs/runbooks.md.
