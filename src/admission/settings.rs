@@ -1,10 +1,12 @@
 //! Settings of the admission rules that come from flags rather than from the cluster: the flags
-//! (`RuleFlags`, flattened into `serve` and `review`) and what they become (`Settings`). A rule's
+//! (`RuleFlags`, flattened into `serve` and `review`, so `review` answers as a served replica with
+//! the same flags would) and what they become (`Settings`). A rule's
 //! new flag is a field here and a line of `RuleFlags::settings` (docs/recipes.md).
 
 use clap::Args;
 
 use super::actions::{self, Action, RuleActions};
+use crate::duration::parse_duration_arg;
 use crate::names::namespace;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -103,6 +105,11 @@ pub struct RuleFlags {
     /// A validating rule: Deny, Warn, Audit, Warn+Audit or Deny+Audit; a mutating rule: Apply or
     /// Audit (e.g. `ColocationQoSPriority=Warn+Audit`). Repeatable, the last naming a rule wins.
     /// The rules: docs/admission.md.
+    /// How long a pod quota evaluation admitted may take to be stored: its charge stays in the
+    /// quota's child-request that long even before the pod is in the cache; the leader's recount
+    /// drops it after (and recounts every half of it).
+    #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
+    pub child_request_recount_quiet: std::time::Duration,
     #[arg(long = "rule-action", env = "KOORD_WEBHOOK_RULE_ACTIONS", value_delimiter = ',',
           value_name = "RULE=ACTIONS", value_parser = parse_rule_action)]
     pub rule_actions: Vec<(&'static str, Action)>,
@@ -124,8 +131,8 @@ impl RuleFlags {
                     .unwrap_or_else(|| namespace().to_owned()),
                 self.pod_enhanced_validator_config_name.clone(),
             ),
+            child_request_window: self.child_request_recount_quiet,
             actions: RuleActions::from_parsed(&self.rule_actions),
-            ..Settings::default()
         }
     }
 }

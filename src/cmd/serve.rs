@@ -67,7 +67,7 @@ fn operator_config(
             gates,
             target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port, &flags.entries),
         },
-        child_request_quiet: flags.child_request_recount_quiet,
+        child_request_quiet: settings.child_request_window,
         narrow_hold: flags.narrow_hold,
         config_maps: settings.config_maps(),
     }
@@ -195,13 +195,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
     let admission = Admission::new(state.cache.clone(), gates, state.metrics.clone())
         .with_services(services)
-        .with_settings(
-            Settings {
-                child_request_window: args.operator.child_request_recount_quiet,
-                ..args.rules.settings()
-            }
-            .auditing_endpoints(&audited),
-        );
+        .with_settings(args.rules.settings().auditing_endpoints(&audited));
     let shared = Arc::new(
         Shared::new(state.clone(), admission, args.limits.limits()).with_client_ca(client_ca),
     );

@@ -68,11 +68,6 @@ pub struct OperatorFlags {
     /// How often every replica tries to acquire or renew the Lease.
     #[arg(long, env = "KOORD_WEBHOOK_LEASE_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
     pub lease_retry_period: Duration,
-    /// How long a pod quota evaluation admitted may take to be stored: its charge stays in the
-    /// quota's child-request that long even before the pod is in the cache; the leader's recount
-    /// drops it after (and recounts every half of it).
-    #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
-    pub child_request_recount_quiet: Duration,
     /// The leader narrows a pod entry to what its cache needs only once no change needing the
     /// entry (a profile, a parent quota) has been admitted for this long, nor its cache synced
     /// (longer than an admitted change takes to be stored and watched).
