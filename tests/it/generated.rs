@@ -29,49 +29,35 @@ pub fn helm() -> std::path::PathBuf {
     path
 }
 
-/// One template of the chart (`--show-only`), rendered into `namespace` with the defaults.
-pub fn helm_show(namespace: &str, template: &str) -> String {
+/// `helm template` of the chart into `namespace` with `extra` arguments; its output.
+fn helm_render(namespace: &str, extra: &[&str]) -> String {
     let out = std::process::Command::new(helm())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "template",
-            "koord-webhook",
-            "charts/koord-webhook",
-            "--namespace",
-            namespace,
-        ])
-        .args(["--show-only", template])
+        .args(["template", "koord-webhook", "charts/koord-webhook"])
+        .args(["--namespace", namespace])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "helm template {extra:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// `helm template` of the chart into `namespace` with `--set` values.
+/// One template of the chart (`--show-only`), rendered into `namespace` with the defaults.
+pub fn helm_show(namespace: &str, template: &str) -> String {
+    helm_render(namespace, &["--show-only", template])
+}
+
+/// `helm template` of the chart into `namespace` with `--set` values (test hooks left out).
 pub fn helm_template(namespace: &str, sets: &[&str]) -> String {
-    let mut command = std::process::Command::new(helm());
-    command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "template",
-        "koord-webhook",
-        "charts/koord-webhook",
-        "--skip-tests",
-        "--namespace",
-        namespace,
-    ]);
+    let mut extra = vec!["--skip-tests"];
     for set in sets {
-        command.args(["--set", set]);
+        extra.extend(["--set", set]);
     }
-    let out = command.output().unwrap();
-    assert!(
-        out.status.success(),
-        "helm template {sets:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    helm_render(namespace, &extra)
 }
 
 fn manifests(args: &[&str]) -> String {
