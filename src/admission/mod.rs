@@ -26,6 +26,7 @@ pub(crate) mod ports;
 pub(crate) mod reservation;
 pub(crate) mod review;
 pub mod settings;
+pub(crate) mod unread_fields;
 pub mod webhooks;
 
 use std::time::Duration;

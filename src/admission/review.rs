@@ -14,6 +14,8 @@ use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::unread_fields::{optional_without_managed_fields, without_managed_fields};
+
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
 
@@ -133,7 +135,10 @@ where
     T: kube::Resource + serde::de::DeserializeOwned,
 {
     #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
+    #[serde(
+        rename_all = "camelCase",
+        bound(deserialize = "T: serde::de::DeserializeOwned")
+    )]
     struct TypedReview<T> {
         #[serde(default)]
         api_version: String,
@@ -176,7 +181,10 @@ where
 /// options, so they are skipped unread (serde walks unknown fields without keeping them) rather than
 /// decoded into a map of values whatever their size.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(
+    rename_all = "camelCase",
+    bound(deserialize = "T: serde::de::DeserializeOwned")
+)]
 struct TypedRequest<T> {
     uid: String,
     kind: GroupVersionKind,
@@ -196,9 +204,9 @@ struct TypedRequest<T> {
     operation: Operation,
     #[serde(default)]
     user_info: UserInfo,
-    #[serde(default = "none")]
+    #[serde(default = "none", deserialize_with = "optional_without_managed_fields")]
     object: Option<T>,
-    #[serde(default = "none")]
+    #[serde(default = "none", deserialize_with = "optional_without_managed_fields")]
     old_object: Option<T>,
     #[serde(default)]
     dry_run: bool,
@@ -214,9 +222,12 @@ fn decode_object<T: serde::de::DeserializeOwned>(
     match raw {
         None => Ok(None),
         Some(raw) if raw.get() == "null" => Ok(None),
-        Some(raw) => serde_json::from_str(raw.get())
-            .map(Some)
-            .map_err(|e| e.to_string()),
+        Some(raw) => {
+            let mut d = serde_json::Deserializer::from_str(raw.get());
+            without_managed_fields(&mut d)
+                .and_then(|t| d.end().map(|()| Some(t)))
+                .map_err(|e| e.to_string())
+        }
     }
 }
 
