@@ -50,6 +50,12 @@ pub fn parse_namespace(text: &str) -> Result<String, String> {
     }
 }
 pub const APP_NAME: &str = "koord-webhook";
+
+/// The user name the API server gives the replicas' requests: their ServiceAccount's (the chart
+/// and `manifests` name it after the app, in the install's namespace).
+pub fn service_account_user() -> String {
+    format!("system:serviceaccount:{}:{APP_NAME}", namespace())
+}
 /// The Service the webhook configurations point at (Koordinator's name).
 pub const SERVICE_NAME: &str = "koordinator-webhook-service";
 /// The label that selects the replicas (Deployment, Service, PodDisruptionBudget).

@@ -3,6 +3,8 @@
 //! the same flags would) and what they become (`Settings`). A rule's
 //! new flag is a field here and a line of `RuleFlags::settings` (docs/recipes.md).
 
+use std::sync::{Arc, OnceLock};
+
 use clap::Args;
 
 use super::actions::{self, Action, RuleActions};
@@ -26,6 +28,34 @@ pub struct Settings {
     pub child_request_window: std::time::Duration,
     /// What each rule's finding does (`--rule-action`; every rule enforces by default).
     pub actions: RuleActions,
+    /// The user koord-webhook's own writes carry (`--own-user`, or learned from the API server).
+    pub own_user: OwnUser,
+}
+
+/// The user name the API server gives the replicas' own requests: only that user may write
+/// koord-webhook's bookkeeping on a quota (`elastic_quota/own_annotations.rs`). Known from the
+/// start (`--own-user`, or the installed ServiceAccount's name where no API server is asked), or
+/// learned once a replica has asked the API server (a SelfSubjectReview), shared by every copy of
+/// the settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OwnUser(Arc<OnceLock<String>>);
+
+impl OwnUser {
+    pub fn known(name: impl Into<String>) -> Self {
+        let user = Self::default();
+        user.learn(name.into());
+        user
+    }
+
+    /// The name, once known.
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+
+    /// Records the name; a second call changes nothing (a replica's user does not change).
+    pub fn learn(&self, name: String) {
+        let _ = self.0.set(name);
+    }
 }
 
 /// The default of [`Settings::child_request_window`]: the API server's own request timeout.
@@ -48,6 +78,7 @@ impl Default for Settings {
             ),
             child_request_window: DEFAULT_CHILD_REQUEST_WINDOW,
             actions: RuleActions::default(),
+            own_user: OwnUser::known(crate::names::service_account_user()),
         }
     }
 }
@@ -113,6 +144,12 @@ pub struct RuleFlags {
     #[arg(long = "rule-action", env = "KOORD_WEBHOOK_RULE_ACTIONS", value_delimiter = ',',
           value_name = "RULE=ACTIONS", value_parser = parse_rule_action)]
     pub rule_actions: Vec<(&'static str, Action)>,
+    /// The user name koord-webhook's own API requests carry: only it may set or change a quota's
+    /// recent-admissions record. Default: `serve` asks the API server at start (a
+    /// SelfSubjectReview); `review` and `serve --state` take the installed ServiceAccount's
+    /// (system:serviceaccount:NAMESPACE:koord-webhook).
+    #[arg(long, env = "KOORD_WEBHOOK_OWN_USER", value_name = "USER")]
+    pub own_user: Option<String>,
 }
 
 impl RuleFlags {
@@ -133,6 +170,11 @@ impl RuleFlags {
             ),
             child_request_window: self.child_request_recount_quiet,
             actions: RuleActions::from_parsed(&self.rule_actions),
+            own_user: self
+                .own_user
+                .clone()
+                .map(OwnUser::known)
+                .unwrap_or_default(),
         }
     }
 }

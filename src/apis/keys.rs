@@ -15,6 +15,11 @@ pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";
 /// How much of the quota pods may request (its max when absent or empty).
 pub const ADMISSION_LIMIT: &str = "quota.scheduling.koordinator.sh/admission";
 
+/// Prefix of koord-webhook's own annotations.
+pub const OWN_PREFIX: &str = "koord-webhook/";
+/// A quota's recent admissions, written by pod admission and the recount (koord-webhook's own).
+pub const QUOTA_RECENT_ADMISSIONS: &str = "koord-webhook/child-request-recent";
+
 pub const ROOT_QUOTA: &str = "koordinator-root-quota";
 pub const SYSTEM_QUOTA: &str = "koordinator-system-quota";
 pub const DEFAULT_QUOTA: &str = "koordinator-default-quota";

@@ -11,7 +11,9 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Resource;
 use kube::core::{ObjectMeta, PartialObjectMeta};
 
-use crate::apis::keys::{ADMISSION_LIMIT, CHILD_REQUEST, QUOTA_NAMESPACES, QUOTA_PREFIX};
+use crate::apis::keys::{
+    ADMISSION_LIMIT, CHILD_REQUEST, OWN_PREFIX, QUOTA_NAMESPACES, QUOTA_PREFIX,
+};
 use crate::apis::{
     ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation, ReservationStatus,
 };
@@ -23,9 +25,6 @@ pub trait Slim {
 
 /// kubectl's client-side apply record: a whole copy of the object as last applied.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Annotations of koord-webhook's own on a quota (the recount reads its recent-admissions record).
-const OWN_PREFIX: &str = "koord-webhook/";
 
 /// What every kind drops: field managers and the last-applied copy.
 fn without_records(meta: &mut ObjectMeta) {

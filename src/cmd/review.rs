@@ -35,8 +35,12 @@ pub fn run(args: &ReviewArgs) -> Result<Vec<u8>, Unusable> {
         // clap requires one of them.
         (None, None) => return Err(Unusable("--request or --object is required".to_owned())),
     };
-    let admission =
-        Admission::new(cache, gates, Metrics::new()).with_settings(args.rules.settings());
+    let settings = args.rules.settings();
+    // No API server to ask who the replicas are: the installed ServiceAccount.
+    settings
+        .own_user
+        .learn(crate::names::service_account_user());
+    let admission = Admission::new(cache, gates, Metrics::new()).with_settings(settings);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

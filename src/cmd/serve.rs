@@ -18,6 +18,7 @@ use crate::certs;
 use crate::cli::ServeArgs;
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
+use crate::kube_ports::own_user;
 use crate::kube_ports::pod_reach::KubePodReachGuard;
 use crate::kube_ports::quota::KubeQuotaStore;
 use crate::kube_ports::quota_ledger::KubeLedgerStore;
@@ -193,9 +194,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
+    let settings = args.rules.settings().auditing_endpoints(&audited);
+    match &operator {
+        Some((client, _)) => {
+            tokio::spawn(own_user::learn(client.clone(), settings.own_user.clone()));
+        }
+        // No API server to ask: the installed ServiceAccount.
+        None => settings
+            .own_user
+            .learn(crate::names::service_account_user()),
+    }
     let admission = Admission::new(state.cache.clone(), gates, state.metrics.clone())
         .with_services(services)
-        .with_settings(args.rules.settings().auditing_endpoints(&audited));
+        .with_settings(settings);
     let shared = Arc::new(
         Shared::new(state.clone(), admission, args.limits.limits()).with_client_ca(client_ca),
     );

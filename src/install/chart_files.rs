@@ -99,7 +99,7 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
                     "name": entry.name,
                     "neverCalled": calls == Calls::Never,
                     "onlyNarrowed": entry.narrowing.calls_wide() == Calls::Never,
-                    "matchConditions": calls.match_conditions(),
+                    "matchConditions": release_namespace_placeholder(json!(calls.match_conditions())),
                     "gate": spec.gate.name(),
                     "gateDefault": spec.gate.default_enabled(),
                     "path": spec.path,
@@ -151,4 +151,29 @@ pub fn write(dir: &Path, serve_flags: &ServeFlags) -> anyhow::Result<()> {
         std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
+}
+/// What the chart's templates replace with the release's namespace in a condition's expression.
+pub const NAMESPACE_PLACEHOLDER: &str = "__RELEASE_NAMESPACE__";
+
+/// The conditions with the install's namespace (in the replicas' user name, which
+/// `velasticquota` compares) written as [`NAMESPACE_PLACEHOLDER`]: the chart is installed into a
+/// namespace of the user's choosing.
+fn release_namespace_placeholder(conditions: Value) -> Value {
+    let ours = crate::names::service_account_user();
+    let placeholder = ours.replacen(crate::names::namespace(), NAMESPACE_PLACEHOLDER, 1);
+    match conditions {
+        Value::String(text) => Value::String(text.replace(&ours, &placeholder)),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(release_namespace_placeholder)
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, release_namespace_placeholder(v)))
+                .collect(),
+        ),
+        other => other,
+    }
 }

@@ -5,6 +5,7 @@
 //! (`admission::pod::quota::store`, `admission::elastic_quota::ledger`); `review` and
 //! `serve --state` run without these, and tests use the in-memory ones beside the traits.
 
+pub mod own_user;
 pub mod pod_reach;
 pub mod quota;
 pub mod quota_ledger;

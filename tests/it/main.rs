@@ -19,6 +19,7 @@ mod layers;
 mod node;
 mod operator;
 mod operator_admission;
+mod own_record;
 mod review_cli;
 mod review_elastic_quota;
 mod review_node_configmap;

@@ -225,3 +225,50 @@ fn a_null_shared_weight_is_left_alone_without_max_and_refused_with_one() {
         "quota.scheduling.koordinator.sh/shared-weight is null while spec.max is set: remove it to have it filled from max, or give a resource list"
     );
 }
+
+/// koord-webhook's recent-admissions record on a quota is set and changed by its ServiceAccount
+/// only; anyone may remove it, and an edit that leaves it as it was is not refused for it.
+#[test]
+fn the_recent_admissions_record_is_koord_webhooks_own() {
+    const RECENT: &str = "koord-webhook/child-request-recent";
+    const OURS: &str = "system:serviceaccount:koordinator-system:koord-webhook";
+    let child = |recent: Option<&str>| {
+        let mut annotations =
+            json!({"quota.scheduling.koordinator.sh/child-request": "{\"cpu\":\"3\"}"});
+        if let Some(recent) = recent {
+            annotations[RECENT] = json!(recent);
+        }
+        json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+               "metadata": {"name": "child-a1", "namespace": "team-a", "annotations": annotations,
+                            "labels": {"quota.scheduling.koordinator.sh/parent": "parent-a",
+                                       "quota.scheduling.koordinator.sh/tree-id": "tree-1"}},
+               "spec": {"min": {"cpu": "2", "memory": "4Gi"}, "max": {"cpu": "4", "memory": "8Gi"}}})
+    };
+    let forged = r#"[{"pod":"team-a/x","at":1,"request":{"cpu":"100"}}]"#;
+    let answer = |user: &str, operation: &str, new: Value, old: Value| {
+        let mut request = admission_review("elasticquotas", operation, new, old);
+        request["request"]["userInfo"]["username"] = json!(user);
+        review(VALIDATE_EQ, "", request)
+    };
+    let refused = answer("alice", "UPDATE", child(Some(forged)), child(None));
+    assert_eq!(refused["allowed"], false, "{refused}");
+    assert_eq!(refused["status"]["code"], 403, "{refused}");
+    assert_eq!(
+        refused["status"]["message"],
+        format!(
+            "annotation {RECENT} is koord-webhook's own record: only {OURS} may set or change it (removing it is allowed)"
+        )
+    );
+    let changed = answer("alice", "UPDATE", child(Some(forged)), child(Some("[]")));
+    assert_eq!(changed["allowed"], false, "{changed}");
+    let created = answer("alice", "CREATE", child(Some(forged)), Value::Null);
+    assert_eq!(created["allowed"], false, "{created}");
+    for (user, new, old) in [
+        (OURS, child(Some(forged)), child(None)),
+        ("alice", child(None), child(Some(forged))),
+        ("alice", child(Some(forged)), child(Some(forged))),
+    ] {
+        let allowed = answer(user, "UPDATE", new, old);
+        assert_eq!(allowed["allowed"], true, "{user}: {allowed}");
+    }
+}

@@ -65,7 +65,12 @@ app.kubernetes.io/name: koord-webhook
 {{- $_ := set $out "failurePolicy" (include "koord-webhook.failurePolicy" (list $root $entry)) }}
 {{- $_ := set $out "timeoutSeconds" (int $root.Values.webhooks.timeoutSeconds) }}
 {{- if and $root.Values.webhooks.narrowCalls $entry.matchConditions }}
-{{- $_ := set $out "matchConditions" $entry.matchConditions }}
+{{- /* The replicas' user name in a condition names the release's namespace. */}}
+{{- $conditions := list }}
+{{- range $entry.matchConditions }}
+{{- $conditions = append $conditions (dict "name" .name "expression" (replace "__RELEASE_NAMESPACE__" $root.Release.Namespace .expression)) }}
+{{- end }}
+{{- $_ := set $out "matchConditions" $conditions }}
 {{- end }}
 {{- if $entry.excludeSystemNamespaces }}
 {{- $names := concat (list $root.Release.Namespace "kube-system") $root.Values.webhooks.excludeNamespaces }}

@@ -5,6 +5,7 @@ pub mod debug;
 mod defaults;
 pub mod ledger;
 mod overlay;
+mod own_annotations;
 mod self_checks;
 pub mod tree_checks;
 mod validate;
@@ -21,6 +22,7 @@ pub fn mutators() -> Vec<Box<dyn Mutator<ElasticQuota>>> {
 
 pub fn validators() -> Vec<Box<dyn Validator<ElasticQuota>>> {
     vec![
+        Box::new(own_annotations::OwnAnnotations),
         Box::new(validate::QuotaTreeRules::default()),
         // Last: only an allowed change widens the pod entries.
         Box::new(crate::admission::pod_reach_guard::GuardPodReach),

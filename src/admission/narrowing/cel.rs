@@ -39,18 +39,19 @@ impl Var {
     }
 }
 
-/// A CEL string literal. The keys written are label and annotation names (letters, digits,
-/// `-._/`), so no escaping is ever needed; anything else is a bug caught here.
+/// A CEL string literal. The texts written are label and annotation names and a ServiceAccount's
+/// user name (letters, digits, `-._/:`), so no escaping is ever needed; anything else is a bug
+/// caught here.
 pub fn literal(text: &str) -> String {
     assert!(is_literal(text), "{text:?} needs escaping in a CEL literal");
     format!("'{text}'")
 }
 
 /// Whether `text` can be written as a CEL literal without escaping (label names and values,
-/// namespace names: letters, digits, `-._/`).
+/// namespace names, user names: letters, digits, `-._/:`).
 pub fn is_literal(text: &str) -> bool {
     text.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b))
+        .all(|b| b.is_ascii_alphanumeric() || b"-._/:".contains(&b))
 }
 
 /// Some element of the list or key of the map at `path` (read only where `has()` showed it) meets

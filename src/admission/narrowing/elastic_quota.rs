@@ -1,11 +1,16 @@
 //! `/validate-…-elasticquota`: an UPDATE that changes neither the spec, the tree labels nor the
 //! namespaces annotation is allowed as it is (`elastic_quota/tree_checks.rs`,
-//! `relevant_unchanged`). Quota evaluation writes `child-request` on every admitted pod: those
-//! updates need no call. CREATE and DELETE are always sent.
+//! `relevant_unchanged`), unless someone other than koord-webhook's ServiceAccount changes its
+//! recent-admissions record (`elastic_quota/own_annotations.rs`). Quota evaluation writes
+//! `child-request` and that record on every admitted pod: those updates need no call. CREATE and
+//! DELETE are always sent.
 
 use super::calls::Condition;
-use super::cel::{Meta, any, field_changed, key_changed};
-use crate::apis::keys::{QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID};
+use super::cel::{Meta, any, field_changed, key_changed, literal};
+use crate::apis::keys::{
+    QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_RECENT_ADMISSIONS, QUOTA_TREE_ID,
+};
+use crate::names::service_account_user;
 
 pub fn validation_condition() -> Condition {
     let mut changed = vec![field_changed("spec")];
@@ -15,6 +20,11 @@ pub fn validation_condition() -> Condition {
             .map(|k| key_changed(Meta::Labels, k)),
     );
     changed.push(key_changed(Meta::Annotations, QUOTA_NAMESPACES));
+    changed.push(format!(
+        "(request.userInfo.username != {} && {})",
+        literal(&service_account_user()),
+        key_changed(Meta::Annotations, QUOTA_RECENT_ADMISSIONS)
+    ));
     Condition {
         name: "koord-quota-tree-change",
         expression: format!("request.operation != 'UPDATE' || {}", any(&changed)),

@@ -20,7 +20,7 @@ use crate::apis::meta::annotation;
 use crate::resources::Resources;
 
 /// The annotation: a JSON list of [`Admitted`], oldest first.
-pub const RECENT: &str = "koord-webhook/child-request-recent";
+pub use crate::apis::keys::QUOTA_RECENT_ADMISSIONS as RECENT;
 /// Admissions kept at most per quota (about 80 bytes each, well within the 256 KiB annotations
 /// may take). Beyond it the oldest go first: a burst of more than this many pods into one quota
 /// within the window may be recounted without its oldest pods until they are stored.
