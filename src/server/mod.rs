@@ -15,13 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::Method;
-use actix_web::{App, HttpServer, web};
+use actix_web::{App, web};
 
 use crate::tls::{self, TlsError};
+use actix_http::Protocol;
 use actix_tls::accept::rustls_0_23::TlsStream;
 use limits::ConnectionStreams;
 pub use limits::{DEFAULT_MAX_BODY_BYTES, Limits};
-use per_address::PerAddress;
+use per_address::{Held, PerAddress};
 pub use shared::Shared;
 
 /// Connections waiting to be accepted. std's `bind` asks for 128, which a reconnecting caller fills:
@@ -63,58 +64,109 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
+/// The admission routes: the kubelet's probes, then one POST route per enabled endpoint; any other
+/// method on a known path is a 405 naming the one it takes, any other path a 404. Metrics and
+/// debug views are on the operations port only (`ops.rs`).
+fn routes(
+    data: web::Data<Shared>,
+    endpoints: Vec<(crate::admission::EndpointId, &'static str)>,
+) -> App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let state = data.state.clone();
+    let mut app = App::new()
+        .wrap_fn(move |req, service| drain::close_when_draining(&state.draining, req, service))
+        .app_data(data)
+        .service(only("/healthz", Method::GET).route(web::get().to(health::healthz)))
+        .service(only("/readyz", Method::GET).route(web::get().to(health::readyz)));
+    for (endpoint, path) in endpoints {
+        app =
+            app.service(only(path, Method::POST).route(web::post().to(
+                move |req, payload, shared| admission::handle(req, payload, shared, endpoint),
+            )));
+    }
+    app.default_service(web::to(admission::not_found))
+}
+
 /// Builds the server on an already bound listener; the caller awaits (or spawns) it.
+///
+/// Each accepted connection goes through, in order: its address's slot (`per_address.rs`: over the
+/// cap it is closed at once, before any TLS work, so one caller's reconnects cannot queue everyone
+/// else's handshakes), the TLS handshake (within [`TLS_HANDSHAKE_TIMEOUT`]), then HTTP/1.1 or
+/// HTTP/2 as ALPN chose. This is what actix-web's `HttpServer::listen_rustls_0_23` assembles, with
+/// the slot in front of the handshake instead of after it (its `on_connect` runs after).
 pub fn build(
     listener: TcpListener,
     shared: Arc<Shared>,
 ) -> Result<actix_web::dev::Server, ServerError> {
-    let tls = tls::server_config(shared.state.resolver.clone(), shared.client_ca.clone())?;
+    use actix_service::{ServiceFactoryExt as _, fn_service, map_config};
+    use actix_web::rt::net::TcpStream;
+
+    let mut tls = tls::server_config(shared.state.resolver.clone(), shared.client_ca.clone())?;
+    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let limits = shared.limits.clone();
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);
     let endpoints: Vec<_> = shared.admission.paths().collect();
     let held = PerAddress::new(limits.max_connections_per_address);
     let data = web::Data::from(shared);
-    let server = HttpServer::new(move || {
-        // The kubelet's probes, then one POST route per enabled endpoint; any other method on a
-        // known path is a 405 naming the one it takes, any other path a 404. Metrics and debug
-        // views are on the operations port only (`ops.rs`).
-        let state = data.state.clone();
-        let mut app = App::new()
-            .wrap_fn(move |req, service| drain::close_when_draining(&state.draining, req, service))
-            .wrap_fn(per_address::refuse_when_full)
-            .app_data(data.clone())
-            .service(only("/healthz", Method::GET).route(web::get().to(health::healthz)))
-            .service(only("/readyz", Method::GET).route(web::get().to(health::readyz)));
-        for &(endpoint, path) in &endpoints {
-            app = app.service(only(path, Method::POST).route(web::post().to(
-                move |req, payload, shared| admission::handle(req, payload, shared, endpoint),
-            )));
-        }
-        app.default_service(web::to(admission::not_found))
-    })
-    .on_connect(move |io, data| {
-        data.insert(ConnectionStreams(Arc::new(tokio::sync::Semaphore::new(
-            streams,
-        ))));
-        let tcp = io
-            .downcast_ref::<TlsStream<actix_web::rt::net::TcpStream>>()
-            .map(|tls| tls.get_ref().0);
-        per_address::on_connect(&held, tcp, data);
-    })
-    .workers(workers)
-    // Per worker in actix.
-    .max_connections(limits.max_connections.div_ceil(workers))
-    // Headers (and an HTTP/2 handshake) must arrive within this.
-    .client_request_timeout(Duration::from_secs(5))
-    .tls_handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
-    .keep_alive(KEEP_ALIVE)
-    .tcp_nodelay(true)
-    .shutdown_timeout(10)
-    // `serve` handles SIGTERM itself: drain first, then stop.
-    .disable_signals()
-    .listen_rustls_0_23(listener, tls)?
-    .run();
+    let builder = actix_server::Server::build();
+    let stopping = builder.graceful_shutdown_signal();
+    let server = builder
+        .workers(workers)
+        // Per worker in actix.
+        .max_concurrent_connections(limits.max_connections.div_ceil(workers))
+        .shutdown_timeout(10)
+        // `serve` handles SIGTERM itself: drain first, then stop.
+        .disable_signals()
+        .listen("koord-webhook-admission", listener, move || {
+            let held = held.clone();
+            let slot = fn_service(move |io: TcpStream| {
+                let held = held.clone();
+                async move {
+                    let ip = io.peer_addr().map_err(|_| ())?.ip();
+                    let slot = held.take(ip).ok_or(())?;
+                    let _ = io.set_nodelay(true);
+                    Ok::<_, ()>(Held::new(io, slot))
+                }
+            });
+            let mut handshake = actix_tls::accept::rustls_0_23::Acceptor::new(tls.clone());
+            handshake.set_handshake_timeout(TLS_HANDSHAKE_TIMEOUT);
+            let protocol = fn_service(|io: TlsStream<Held<TcpStream>>| async move {
+                let h2 = io.get_ref().1.alpn_protocol() == Some(b"h2");
+                let peer = io.get_ref().0.peer_addr();
+                let protocol = if h2 { Protocol::Http2 } else { Protocol::Http1 };
+                Ok::<_, ()>((io, protocol, peer))
+            });
+            let stopping = stopping.clone();
+            let http = actix_http::HttpService::build()
+                .keep_alive(KEEP_ALIVE)
+                // Headers (and an HTTP/2 handshake) must arrive within this.
+                .client_request_timeout(Duration::from_secs(5))
+                .client_disconnect_timeout(Duration::from_secs(1))
+                .graceful_shutdown_signal(move || {
+                    let stopping = stopping.clone();
+                    async move { stopping.notified().await }
+                })
+                .on_connect_ext(move |_: &TlsStream<Held<TcpStream>>, data| {
+                    data.insert(ConnectionStreams(Arc::new(tokio::sync::Semaphore::new(
+                        streams,
+                    ))));
+                })
+                .finish(map_config(routes(data.clone(), endpoints.clone()), |()| {
+                    actix_web::dev::AppConfig::default()
+                }));
+            slot.and_then(handshake.map_err(|_| ()).map_init_err(|()| ()))
+                .and_then(protocol)
+                .and_then(http.map_err(|_| ()))
+        })?
+        .run();
     Ok(server)
 }
 

@@ -1,10 +1,16 @@
 //! Connections held per client address, on every listener: one caller (a pod that can reach the
 //! port) cannot take the connections everyone else needs. A connection gets a [`Slot`] when it is
-//! accepted and gives it back when it closes.
+//! accepted and gives it back when it closes: on the admission port before its TLS handshake
+//! ([`Held`], `mod.rs`), on the plain operations port from actix-web's `on_connect`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use actix_web::rt::net::{ActixStream, Ready as IoReady};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use actix_web::HttpResponse;
 use actix_web::body::EitherBody;
@@ -23,6 +29,87 @@ pub struct PerAddress {
 pub struct Slot {
     table: Arc<PerAddress>,
     ip: IpAddr,
+}
+
+/// An accepted connection with its address's slot, taken before its TLS handshake: the slot goes
+/// back when the connection is dropped, however it ends (handshake timeout included).
+pub struct Held<T> {
+    io: T,
+    _slot: Slot,
+}
+
+impl<T> Held<T> {
+    pub fn new(io: T, slot: Slot) -> Self {
+        Self { io, _slot: slot }
+    }
+
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr>
+    where
+        T: AsPeer,
+    {
+        self.io.peer()
+    }
+}
+
+/// A stream that knows its peer's address.
+pub trait AsPeer {
+    fn peer(&self) -> Option<std::net::SocketAddr>;
+}
+
+impl AsPeer for tokio::net::TcpStream {
+    fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.peer_addr().ok()
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl<T: ActixStream> ActixStream for Held<T> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<IoReady>> {
+        self.io.poll_read_ready(cx)
+    }
+
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<IoReady>> {
+        self.io.poll_write_ready(cx)
+    }
 }
 
 /// A connection over its address's cap: answered 503 and closed.

@@ -306,8 +306,9 @@ async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
 }
 
 /// One client address holds at most --max-connections-per-address connections on the admission
-/// port (8 on the operations port): the next is answered 503 and closed, and a slot comes back
-/// when one of its connections closes. Before, one caller could hold every connection.
+/// port (8 on the operations port): the next is closed at accept, before its TLS handshake, and a
+/// slot comes back when one of its connections closes. Before, one caller could hold every
+/// connection.
 #[tokio::test]
 async fn one_address_cannot_hold_every_connection() {
     let limits = koord_webhook::server::Limits {
@@ -321,32 +322,64 @@ async fn one_address_cannot_hold_every_connection() {
         assert_eq!(conn.get("/healthz").await.0, StatusCode::OK);
         held.push(conn);
     }
-    // Over the cap: closed at once (or, had a request already arrived, answered 503).
+    // Over the cap: closed at accept, before any TLS work (the handshake itself fails), so one
+    // caller's reconnects cost no handshakes. Before, the handshake ran first and the connection
+    // was refused after it.
     for proto in [Proto::Http1, Proto::Http2] {
-        if let Ok(mut over) = connect(server.addr, proto).await {
-            match over.send("GET", "/healthz", Vec::new()).await {
-                Ok((status, body)) => {
-                    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{proto:?}");
-                    let body = String::from_utf8_lossy(&body);
-                    assert!(body.contains("--max-connections-per-address"), "{body}");
-                }
-                Err(closed) => eprintln!("{proto:?} over the cap: {closed}"),
-            }
-        }
+        let over = connect(server.addr, proto).await;
+        assert!(
+            over.is_err(),
+            "{proto:?}: a handshake over the cap was served"
+        );
     }
     // The held connections still serve; one closed, a new one is served.
     assert_eq!(held[0].get("/healthz").await.0, StatusCode::OK);
     held.pop();
     let mut served = false;
     for _ in 0..50 {
-        let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
-        if conn.get("/healthz").await.0 == StatusCode::OK {
+        // Refused at accept until the server has seen the close.
+        if let Ok(mut conn) = connect(server.addr, Proto::Http1).await
+            && conn.get("/healthz").await.0 == StatusCode::OK
+        {
             served = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(served, "a closed connection gives its slot back");
+
+    // Connections that never start their handshake hold their address's slots only until the
+    // handshake timeout: another address is served meanwhile, and then this one again.
+    let quiet = std::net::IpAddr::from([127, 0, 0, 3]);
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((quiet, 0).into()).unwrap();
+        silent.push(socket.connect(server.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        connect_from(server.addr, Proto::Http1, quiet)
+            .await
+            .is_err(),
+        "three silent connections hold the address's three slots"
+    );
+    let mut other = connect_from(server.addr, Proto::Http1, [127, 0, 0, 4].into())
+        .await
+        .unwrap();
+    assert_eq!(other.get("/healthz").await.0, StatusCode::OK);
+    for stream in &mut silent {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0) | Err(_))),
+            "a silent connection outlived the handshake timeout: {read:?}"
+        );
+    }
+    let mut again = connect_from(server.addr, Proto::Http1, quiet)
+        .await
+        .unwrap();
+    assert_eq!(again.get("/healthz").await.0, StatusCode::OK);
 
     // The operations port: eight per address. 64 idle connections from one address (the whole
     // port, once) no longer starve it: all but eight are closed at once, and /metrics answers.
