@@ -85,22 +85,23 @@ async fn the_record_is_written_by_the_replicas_whoever_they_run_as_and_by_no_one
         entry["user"]["as-groups"] = serde_yaml::from_str("[system:masters]").unwrap();
     }
     std::fs::write(&other, serde_yaml::to_string(&config).unwrap()).unwrap();
-    let forged = r#"[{"pod":"rec/ghost","at":1,"request":{"cpu":"9"}}]"#;
-    let patch = json!({"metadata": {"annotations": {RECENT: forged}}}).to_string();
-    let out = std::process::Command::new("kubectl")
-        .args(["--kubeconfig", other.to_str().unwrap()])
-        .args([
-            "-n",
-            "rec",
-            "patch",
-            "elasticquota",
-            "q-rec",
-            "--type=merge",
-            "-p",
-            &patch,
-        ])
-        .output()
-        .unwrap();
+    let patch_record = |record: serde_json::Value| {
+        let patch = json!({"metadata": {"annotations": {RECENT: record}}}).to_string();
+        std::process::Command::new("kubectl")
+            .args([
+                "--kubeconfig",
+                other.to_str().unwrap(),
+                "-n",
+                "rec",
+                "patch",
+            ])
+            .args(["elasticquota", "q-rec", "--type=merge", "-p", &patch])
+            .output()
+            .unwrap()
+    };
+    let out = patch_record(json!(
+        r#"[{"pod":"rec/ghost","at":1,"request":{"cpu":"9"}}]"#
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a forged record was accepted");
     assert!(
@@ -110,21 +111,7 @@ async fn the_record_is_written_by_the_replicas_whoever_they_run_as_and_by_no_one
         "{stderr}"
     );
     // Removing it stays allowed.
-    let remove = json!({"metadata": {"annotations": {RECENT: null}}}).to_string();
-    let out = std::process::Command::new("kubectl")
-        .args(["--kubeconfig", other.to_str().unwrap()])
-        .args([
-            "-n",
-            "rec",
-            "patch",
-            "elasticquota",
-            "q-rec",
-            "--type=merge",
-            "-p",
-            &remove,
-        ])
-        .output()
-        .unwrap();
+    let out = patch_record(serde_json::Value::Null);
     assert!(
         out.status.success(),
         "{}",
