@@ -210,6 +210,13 @@ def reset_child_requests(api, size):
     """Every child quota's `child-request` back to what the loader wrote (and no recent-admissions
     record), so that each build's leader meets the same first recount (9,900 corrections at L1)
     whether or not a build before it ran on this state."""
+    # A build before this one left its webhook configurations behind, calling a relay that is gone:
+    # the replicas about to start write their own.
+    for kind, name in (("mutatingwebhookconfigurations", "koordinator-mutating-webhook-configuration"),
+                       ("validatingwebhookconfigurations", "koordinator-validating-webhook-configuration")):
+        status, payload = api.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{name}")
+        if status not in (200, 404):
+            raise RuntimeError(f"DELETE {kind}/{name}: {status} {payload[:300]!r}")
     eq = lambda ns: f"/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{ns}/elasticquotas"
     patch = {"metadata": {"annotations": {"quota.scheduling.koordinator.sh/child-request": '{"cpu":"1"}',
                                           "koord-webhook/child-request-recent": None}}}
