@@ -20,6 +20,7 @@ mod node;
 mod operator;
 mod operator_admission;
 mod own_record;
+mod release;
 mod review_cli;
 mod review_elastic_quota;
 mod review_node_configmap;
