@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cluster_client;
 pub mod cmd;
 pub(crate) mod duration;
+pub mod entries;
 pub mod features;
 pub mod install;
 pub(crate) mod kube_ports;

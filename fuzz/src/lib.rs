@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use koord_webhook::admission::Admission;
-use koord_webhook::admission::webhooks::EndpointName;
+use koord_webhook::entries::EndpointName;
 use koord_webhook::cache::load::load_state;
 use koord_webhook::features::FeatureGates;
 use koord_webhook::metrics::Metrics;

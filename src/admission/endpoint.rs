@@ -23,8 +23,8 @@ use super::outcome::Rejection;
 use super::patch;
 use super::pod::object::Pod;
 use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
-use super::webhooks::EndpointSpec;
 use crate::apis::{ClusterColocationProfile, ElasticQuota, Reservation};
+use crate::entries::EndpointSpec;
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 

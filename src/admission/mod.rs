@@ -15,7 +15,6 @@ pub mod elastic_quota;
 pub(crate) mod endpoint;
 pub(crate) mod env;
 pub(crate) mod json_write;
-pub mod narrowing;
 pub(crate) mod node;
 pub(crate) mod offload;
 pub(crate) mod outcome;
@@ -27,11 +26,11 @@ pub(crate) mod reservation;
 pub(crate) mod review;
 pub mod settings;
 pub(crate) mod unread_fields;
-pub mod webhooks;
 
 use std::time::Duration;
 
 use crate::cache::Cache;
+use crate::entries::{ENDPOINTS, EndpointName, EndpointSpec};
 use crate::features::FeatureGates;
 use crate::metrics::Metrics;
 pub use deadline::Deadline;
@@ -41,7 +40,6 @@ use env::Env;
 pub use env::Services;
 use review::NoVerdict;
 pub use settings::Settings;
-use webhooks::{EndpointName, EndpointSpec, WEBHOOKS};
 
 /// Why no AdmissionReview could be answered.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +59,7 @@ pub struct Admission {
 impl Admission {
     /// The endpoints of the webhook table whose gates are on, with their registered plugins.
     pub fn new(cache: Cache, gates: FeatureGates, metrics: Metrics) -> Self {
-        let endpoints = WEBHOOKS
+        let endpoints = ENDPOINTS
             .iter()
             .filter(|spec| gates.enabled(spec.gate))
             .map(build_endpoint)
@@ -152,7 +150,7 @@ pub struct EndpointId(usize);
 /// colocation profile's on pods and Reservations, once): what `--rule-action` may name.
 pub fn registered_rules() -> Vec<actions::Rule> {
     let mut rules: Vec<actions::Rule> = Vec::new();
-    for spec in WEBHOOKS {
+    for spec in ENDPOINTS {
         for (name, shadowable) in build_endpoint(spec).rules() {
             match rules.iter_mut().find(|r| r.name == name) {
                 Some(rule) => rule.webhooks.push(spec.path),

@@ -6,10 +6,10 @@
 
 use kube::core::admission::Operation;
 
-use super::narrowing::pod::{PodEntry, Reach, profile_reach, quota_reach};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
+use crate::entries::narrowing::pod::{PodEntry, Reach, profile_reach, quota_reach};
 
 /// An object that can widen a pod entry.
 pub trait WidensPodEntry: kube::Resource + Send + Sync {

@@ -15,8 +15,8 @@ use super::deadline::answer_budget;
 use super::endpoint::TypedEndpoint;
 use super::outcome::Rejection;
 use super::review::NoVerdict;
-use super::webhooks::{self, find};
 use super::*;
+use crate::entries::{self as webhooks, find};
 use crate::metrics::admission::PluginLabels;
 
 /// Appends its letter to the `trail` label, so the final value shows the order plugins ran in.

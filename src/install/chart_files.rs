@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use super::entry_policy::EntryPolicy;
 use super::serve_flags::ServeFlags;
-use crate::admission::narrowing::Calls;
-use crate::admission::narrowing::pod::PodReach;
-use crate::admission::webhooks::{WEBHOOKS, WebhookKind};
+use crate::entries::narrowing::Calls;
+use crate::entries::narrowing::pod::PodReach;
+use crate::entries::{ENDPOINTS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::install::{WebhookTarget, rbac, webhook_configurations};
 
@@ -82,7 +82,7 @@ fn webhook_table() -> Result<Value, serde_json::Error> {
         ),
     ];
     for (key, kind, entries) in rendered {
-        for spec in WEBHOOKS.iter().filter(|w| w.kind == kind) {
+        for spec in ENDPOINTS.iter().filter(|w| w.kind == kind) {
             for entry in spec.entries {
                 let Some(mut base) = entries.iter().find(|e| e["name"] == entry.name).cloned()
                 else {

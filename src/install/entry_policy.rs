@@ -6,7 +6,7 @@
 use clap::Args;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
-use crate::admission::webhooks::{FailurePolicy, WEBHOOKS};
+use crate::entries::{ENDPOINTS, FailurePolicy};
 
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 10;
 
@@ -105,7 +105,7 @@ impl EntryPolicy {
     /// that share its endpoint.
     pub fn audited_endpoints(&self) -> Result<Vec<&'static str>, String> {
         let mut paths = Vec::new();
-        for spec in WEBHOOKS {
+        for spec in ENDPOINTS {
             let named: Vec<&str> = spec
                 .entries
                 .iter()
@@ -231,7 +231,7 @@ pub fn parse_entry_action(text: &str) -> Result<String, String> {
 
 /// `entry` when it names an entry of the table, or is `all`.
 fn known_entry(entry: &str) -> Result<String, String> {
-    let known = WEBHOOKS.iter().flat_map(|w| w.entries).map(|e| e.name);
+    let known = ENDPOINTS.iter().flat_map(|w| w.entries).map(|e| e.name);
     if entry != "all" && !known.clone().any(|name| name == entry) {
         let names: Vec<&str> = known.collect();
         return Err(format!(
@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(both.audited_endpoints(), Ok(vec!["/mutate-pod"]));
         assert_eq!(
             policy(&["all"]).audited_endpoints().unwrap().len(),
-            WEBHOOKS.len()
+            ENDPOINTS.len()
         );
         assert!(parse_entry_action("vpod.koordinator.sh=Audit").is_ok());
         assert!(parse_entry_action("vpod.koordinator.sh=Warn").is_err());

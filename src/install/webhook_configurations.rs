@@ -10,9 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::api::ObjectMeta;
 
 use super::entry_policy::{EntryPolicy, NamespaceLabel};
-use crate::admission::narrowing::Calls;
-use crate::admission::narrowing::pod::{PodEntry, PodReach, Reach};
-use crate::admission::webhooks::{EndpointSpec, EntrySpec, FailurePolicy, WEBHOOKS, WebhookKind};
+use crate::entries::narrowing::Calls;
+use crate::entries::narrowing::pod::{PodEntry, PodReach, Reach};
+use crate::entries::{ENDPOINTS, EndpointSpec, EntrySpec, FailurePolicy, WebhookKind};
 use crate::features::FeatureGates;
 use crate::names::{
     MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels, namespace,
@@ -111,7 +111,7 @@ impl WebhookTarget {
         // widen it passes its guard entry, which must then be registered and fail closed.
         let guarded = |pod: PodEntry, reach: &Reach| {
             let guard = pod.guard_entry();
-            let fails_closed = WEBHOOKS
+            let fails_closed = ENDPOINTS
                 .iter()
                 .filter(|w| gates.enabled(w.gate))
                 .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
@@ -187,7 +187,7 @@ fn enabled<'a>(
     target: &'a WebhookTarget,
     kind: WebhookKind,
 ) -> impl Iterator<Item = (&'static EndpointSpec, &'static EntrySpec, Calls)> + 'a {
-    WEBHOOKS
+    ENDPOINTS
         .iter()
         .filter(move |w| w.kind == kind && gates.enabled(w.gate))
         .flat_map(|w| w.entries.iter().map(move |e| (w, e)))

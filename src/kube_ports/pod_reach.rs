@@ -15,9 +15,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use super::store_error;
-use crate::admission::narrowing::pod::{PodEntry, Reach};
-use crate::admission::narrowing::record::{EntryState, admit_plan, now_ms};
 use crate::admission::ports::{PodReachGuard, StoreError};
+use crate::entries::narrowing::pod::{PodEntry, Reach};
+use crate::entries::narrowing::record::{EntryState, admit_plan, now_ms};
 use crate::names::{FIELD_MANAGER, MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 /// Attempts when other writers keep changing the configuration in between.

@@ -206,7 +206,7 @@ async fn keep_pod_entries_wide_for_gates(
     config: &OperatorConfig,
     state: Arc<State>,
 ) {
-    use crate::admission::narrowing::pod::{PodEntry, Reach, every_pod};
+    use crate::entries::narrowing::pod::{PodEntry, Reach, every_pod};
     let gates = &config.desired.gates;
     let entries: Vec<PodEntry> = [PodEntry::Create, PodEntry::Validate]
         .into_iter()

@@ -312,7 +312,7 @@ async fn widened_entries_take_effect_after_the_api_servers_informer_delay() {
         .position(|w| w.name == "vnode.koordinator.sh")
         .unwrap();
     let narrowed = target.calls(
-        koord_webhook::admission::webhooks::WEBHOOKS
+        koord_webhook::entries::ENDPOINTS
             .iter()
             .flat_map(|w| w.entries)
             .find(|e| e.name == "vnode.koordinator.sh")

@@ -24,7 +24,7 @@ const FLOORS: &[(u8, &[&str])] = &[
         ],
     ),
     (2, &["cache", "selectors", "certs", "cluster_client"]),
-    (3, &["slo_config", "state"]),
+    (3, &["slo_config", "state", "entries"]),
     (4, &["admission"]),
     (5, &["server", "install", "kube_ports"]),
     (6, &["operator"]),

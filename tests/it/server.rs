@@ -5,8 +5,8 @@ use crate::support;
 use std::time::Duration;
 
 use hyper::StatusCode;
-use koord_webhook::admission::webhooks::{self, WEBHOOKS};
 use koord_webhook::cache::{Cache, load::load_state};
+use koord_webhook::entries::{self, ENDPOINTS};
 use koord_webhook::features::FeatureGates;
 use serde_json::{Value, json};
 use support::tls_client::{Proto, connect, connect_with};
@@ -21,7 +21,7 @@ fn quota_cache() -> Cache {
 
 /// A request of the right shape for each path, with an object that no rule rejects.
 pub(crate) fn harmless_review(path: &str, uid: &str) -> Vec<u8> {
-    let spec = webhooks::find(path).unwrap();
+    let spec = entries::find(path).unwrap();
     let (group, version, kind, object) = match spec.resource {
         "pods" => (
             "",
@@ -89,7 +89,7 @@ async fn every_admission_path_answers_over_http1_and_http2() {
     for proto in [Proto::Http1, Proto::Http2] {
         let mut conn = connect(server.addr, proto).await.unwrap();
         // All eight paths on one connection: keep-alive holds it open.
-        for (i, spec) in WEBHOOKS.iter().enumerate() {
+        for (i, spec) in ENDPOINTS.iter().enumerate() {
             let uid = format!("uid-{i}");
             let (status, body) = conn
                 .post(
@@ -112,7 +112,7 @@ async fn denials_and_patches_come_back_in_the_wire_format() {
     let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
 
     let denied = std::fs::read(fixture("requests/validate-pod-reserve-annotation.json")).unwrap();
-    let (status, body) = conn.post(webhooks::VALIDATE_POD, denied).await;
+    let (status, body) = conn.post(entries::VALIDATE_POD, denied).await;
     assert_eq!(status, StatusCode::OK);
     let response = response_of(&body);
     assert_eq!(response["allowed"], false);
@@ -123,7 +123,7 @@ async fn denials_and_patches_come_back_in_the_wire_format() {
     );
 
     let create = std::fs::read(fixture("requests/mutate-quota-create.json")).unwrap();
-    let (_, body) = conn.post(webhooks::MUTATE_ELASTIC_QUOTA, create).await;
+    let (_, body) = conn.post(entries::MUTATE_ELASTIC_QUOTA, create).await;
     let response = response_of(&body);
     assert_eq!(response["allowed"], true);
     assert_eq!(response["patchType"], "JSONPatch");
@@ -141,7 +141,7 @@ async fn bad_requests_get_clear_http_errors() {
     let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
 
     let (status, body) = conn
-        .post(webhooks::VALIDATE_POD, b"{not json".to_vec())
+        .post(entries::VALIDATE_POD, b"{not json".to_vec())
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let text = String::from_utf8(body).unwrap();
@@ -150,7 +150,7 @@ async fn bad_requests_get_clear_http_errors() {
 
     let (status, _) = conn
         .post(
-            webhooks::VALIDATE_POD,
+            entries::VALIDATE_POD,
             br#"{"apiVersion":"v1","kind":"Pod"}"#.to_vec(),
         )
         .await;
@@ -158,10 +158,10 @@ async fn bad_requests_get_clear_http_errors() {
 
     // An object that does not decode: a denied review with code 400 and the uid echoed.
     let mut review: Value =
-        serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "bad-object")).unwrap();
+        serde_json::from_slice(&harmless_review(entries::VALIDATE_POD, "bad-object")).unwrap();
     review["request"]["object"]["spec"]["containers"] = json!("not a list");
     let (status, body) = conn
-        .post(webhooks::VALIDATE_POD, serde_json::to_vec(&review).unwrap())
+        .post(entries::VALIDATE_POD, serde_json::to_vec(&review).unwrap())
         .await;
     assert_eq!(status, StatusCode::OK);
     let response = response_of(&body);
@@ -172,12 +172,12 @@ async fn bad_requests_get_clear_http_errors() {
     assert_eq!(response["status"]["code"], 400);
 
     let (status, _) = conn
-        .send("GET", webhooks::VALIDATE_POD, Vec::new())
+        .send("GET", entries::VALIDATE_POD, Vec::new())
         .await
         .unwrap();
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     let (status, _) = conn
-        .send("PUT", webhooks::MUTATE_POD, b"{}".to_vec())
+        .send("PUT", entries::MUTATE_POD, b"{}".to_vec())
         .await
         .unwrap();
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
@@ -185,8 +185,8 @@ async fn bad_requests_get_clear_http_errors() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = conn
         .post(
-            webhooks::MUTATE_RESERVATION,
-            harmless_review(webhooks::MUTATE_RESERVATION, "u"),
+            entries::MUTATE_RESERVATION,
+            harmless_review(entries::MUTATE_RESERVATION, "u"),
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "gate off: the path is gone");
@@ -194,7 +194,7 @@ async fn bad_requests_get_clear_http_errors() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     let (status, _) = conn
         .post(
-            &format!("{}?timeout=never", webhooks::MUTATE_POD),
+            &format!("{}?timeout=never", entries::MUTATE_POD),
             b"{}".to_vec(),
         )
         .await;
@@ -208,18 +208,18 @@ async fn bodies_over_the_limit_get_413_and_3_mib_objects_pass() {
     let mut conn = connect(server.addr, Proto::Http2).await.unwrap();
     // An UPDATE of a 3 MiB object carries it twice.
     let mut review: Value =
-        serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "big")).unwrap();
+        serde_json::from_slice(&harmless_review(entries::VALIDATE_POD, "big")).unwrap();
     let filler = "x".repeat(3 * 1024 * 1024);
     review["request"]["object"]["metadata"]["annotations"] = json!({"filler": filler});
     review["request"]["oldObject"]["metadata"]["annotations"] = json!({"filler": filler});
     let (status, body) = conn
-        .post(webhooks::VALIDATE_POD, serde_json::to_vec(&review).unwrap())
+        .post(entries::VALIDATE_POD, serde_json::to_vec(&review).unwrap())
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(response_of(&body)["allowed"], true);
 
     let huge = vec![b' '; 9 * 1024 * 1024];
-    let (status, body) = conn.post(webhooks::VALIDATE_POD, huge).await;
+    let (status, body) = conn.post(entries::VALIDATE_POD, huge).await;
     assert_eq!(
         status,
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -248,8 +248,8 @@ async fn health_readiness_metrics_and_debug() {
 
     let (_, body) = conn
         .post(
-            webhooks::VALIDATE_POD,
-            harmless_review(webhooks::VALIDATE_POD, "m"),
+            entries::VALIDATE_POD,
+            harmless_review(entries::VALIDATE_POD, "m"),
         )
         .await;
     assert_eq!(response_of(&body)["allowed"], true);
@@ -422,8 +422,8 @@ async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
             .expect("handshake");
             let (status, body) = conn
                 .post(
-                    webhooks::VALIDATE_POD,
-                    harmless_review(webhooks::VALIDATE_POD, "swap"),
+                    entries::VALIDATE_POD,
+                    harmless_review(entries::VALIDATE_POD, "swap"),
                 )
                 .await;
             assert_eq!(status, StatusCode::OK);
@@ -470,8 +470,8 @@ async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
 
     let (status, _) = long_lived
         .post(
-            webhooks::VALIDATE_POD,
-            harmless_review(webhooks::VALIDATE_POD, "old"),
+            entries::VALIDATE_POD,
+            harmless_review(entries::VALIDATE_POD, "old"),
         )
         .await;
     assert_eq!(status, StatusCode::OK);
@@ -611,8 +611,8 @@ async fn client_certificates_can_be_required() {
                 .expect("a trusted client's handshake");
         let (status, _) = conn
             .post(
-                webhooks::VALIDATE_POD,
-                harmless_review(webhooks::VALIDATE_POD, "ok"),
+                entries::VALIDATE_POD,
+                harmless_review(entries::VALIDATE_POD, "ok"),
             )
             .await;
         status == StatusCode::OK

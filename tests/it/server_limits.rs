@@ -8,8 +8,8 @@ use crate::support;
 use std::time::Duration;
 
 use hyper::StatusCode;
-use koord_webhook::admission::webhooks;
 use koord_webhook::cache::Cache;
+use koord_webhook::entries;
 use koord_webhook::features::FeatureGates;
 use serde_json::{Value, json};
 use support::tls_client::{Proto, connect, connect_from, connect_plain};
@@ -38,7 +38,7 @@ async fn a_stalled_body_is_dropped_after_the_deadline() {
         let started = std::time::Instant::now();
         let (status, body) = tokio::time::timeout(
             Duration::from_secs(10),
-            conn.post_streaming(webhooks::VALIDATE_POD, rx),
+            conn.post_streaming(entries::VALIDATE_POD, rx),
         )
         .await
         .expect("an answer, not a hang")
@@ -78,7 +78,7 @@ async fn slow_uploads_from_one_address_leave_the_others_served() {
         tx.send(vec![b' '; 3 * 1024 * 1024]).await.unwrap();
         senders.push(tx);
         stalled.spawn(async move {
-            conn.post_streaming(webhooks::VALIDATE_POD, rx)
+            conn.post_streaming(entries::VALIDATE_POD, rx)
                 .await
                 .map(|(status, body)| (status, String::from_utf8_lossy(&body).into_owned()))
         });
@@ -90,8 +90,8 @@ async fn slow_uploads_from_one_address_leave_the_others_served() {
         .unwrap();
     let (status, body) = other
         .post(
-            webhooks::VALIDATE_POD,
-            harmless_review(webhooks::VALIDATE_POD, "other"),
+            entries::VALIDATE_POD,
+            harmless_review(entries::VALIDATE_POD, "other"),
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
@@ -132,7 +132,7 @@ async fn an_oversized_streamed_body_gets_413_over_http2() {
         }
     });
     let (status, body) = conn
-        .post_streaming(webhooks::VALIDATE_POD, rx)
+        .post_streaming(entries::VALIDATE_POD, rx)
         .await
         .unwrap();
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
@@ -152,7 +152,7 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
         TestServer::start_with(Cache::empty(), FeatureGates::default(), tight_limits()).await;
     let body = {
         let mut review: Value =
-            serde_json::from_slice(&harmless_review(webhooks::VALIDATE_POD, "big")).unwrap();
+            serde_json::from_slice(&harmless_review(entries::VALIDATE_POD, "big")).unwrap();
         review["request"]["object"]["metadata"]["annotations"] =
             json!({"filler": "x".repeat(6 * 1024 * 1024)});
         serde_json::to_vec(&review).unwrap()
@@ -166,7 +166,7 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
             let body = body.clone();
             uploads.spawn(async move {
                 stream
-                    .send("POST", webhooks::VALIDATE_POD, body)
+                    .send("POST", entries::VALIDATE_POD, body)
                     .await
                     .map(|(s, _)| s)
             });
@@ -202,12 +202,12 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
         tx.send(b"{".to_vec()).await.unwrap();
         senders.push(tx);
         let mut stream = conn.h2_stream();
-        stalled.spawn(async move { stream.post_streaming(webhooks::VALIDATE_POD, rx).await });
+        stalled.spawn(async move { stream.post_streaming(entries::VALIDATE_POD, rx).await });
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, body) = conn
         .h2_stream()
-        .post(webhooks::VALIDATE_POD, b"{}".to_vec())
+        .post(entries::VALIDATE_POD, b"{}".to_vec())
         .await;
     assert_eq!(
         status,
@@ -230,7 +230,7 @@ fn label_pod_review(mib: f64) -> Vec<u8> {
         .map(|i| (format!("k{i:07}"), json!(format!("v{i:07}"))))
         .collect();
     let mut review: Value =
-        serde_json::from_slice(&harmless_review(webhooks::MUTATE_POD, "big")).unwrap();
+        serde_json::from_slice(&harmless_review(entries::MUTATE_POD, "big")).unwrap();
     review["request"]["object"]["metadata"]["labels"] = Value::Object(labels);
     serde_json::to_vec(&review).unwrap()
 }
@@ -283,7 +283,7 @@ async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
     for body in std::iter::repeat_n(medium, 6).chain(std::iter::repeat_n(large, 4)) {
         reviews.spawn(async move {
             let mut conn = connect(addr, Proto::Http1).await.unwrap();
-            conn.post(&format!("{}?timeout=10s", webhooks::MUTATE_POD), body)
+            conn.post(&format!("{}?timeout=10s", entries::MUTATE_POD), body)
                 .await
                 .0
         });
@@ -452,7 +452,7 @@ async fn a_costly_check_does_not_stall_the_worker() {
     let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
     let check = tokio::spawn(async move {
         let (status, body) = conn
-            .post(webhooks::VALIDATE_CONFIGMAP, costly_slo_config_review())
+            .post(entries::VALIDATE_CONFIGMAP, costly_slo_config_review())
             .await;
         (status, body, started.elapsed())
     });
@@ -480,7 +480,7 @@ async fn a_costly_check_does_not_stall_the_worker() {
     let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
     let (status, body) = conn
         .post(
-            &format!("{}?timeout=200ms", webhooks::VALIDATE_CONFIGMAP),
+            &format!("{}?timeout=200ms", entries::VALIDATE_CONFIGMAP),
             costly_slo_config_review(),
         )
         .await;

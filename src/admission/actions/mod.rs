@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::webhooks::WebhookKind;
+use crate::entries::WebhookKind;
 
 /// One rule's action: a set of Deny/Apply, Warn and Audit (which sets fit which rule: `parse`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,10 +13,10 @@ use crate::admission::endpoint::{Endpoint, TypedEndpoint};
 use crate::admission::outcome::Rejection;
 use crate::admission::pod::object::Pod;
 use crate::admission::ports::memory::MemoryQuotaStore;
-use crate::admission::webhooks::{self, WebhookKind, find};
 use crate::admission::{Admission, Services, Settings, registered_rules};
 use crate::apis::ElasticQuota;
 use crate::cache::{Cache, CacheWriter, CachedObject};
+use crate::entries::{self, WebhookKind, find};
 use crate::features::FeatureGates;
 use crate::metrics::Metrics;
 
@@ -58,7 +58,7 @@ fn every_registered_rule_takes_the_actions_of_its_kind_and_safety_rules_only_enf
         .unwrap();
     assert_eq!(
         profile.webhooks,
-        [webhooks::MUTATE_POD, webhooks::MUTATE_RESERVATION]
+        [entries::MUTATE_POD, entries::MUTATE_RESERVATION]
     );
 }
 
@@ -130,7 +130,7 @@ fn validating(settings: Settings) -> (Admission, Seen) {
         Box::new(Refuses("First", seen.first.clone())),
         Box::new(Refuses("Second", seen.second.clone())),
     ];
-    let endpoint = TypedEndpoint::validating(find(webhooks::VALIDATE_POD).unwrap(), plugins);
+    let endpoint = TypedEndpoint::validating(find(entries::VALIDATE_POD).unwrap(), plugins);
     let admission = Admission::with_endpoints(
         vec![Endpoint::from(endpoint)],
         Cache::empty(),
@@ -143,7 +143,7 @@ fn validating(settings: Settings) -> (Admission, Seen) {
 
 fn mutating(settings: Settings) -> Admission {
     let plugins: Vec<Box<dyn Mutator<Pod>>> = vec![Box::new(Labels("A")), Box::new(Labels("B"))];
-    let endpoint = TypedEndpoint::mutating(find(webhooks::MUTATE_POD).unwrap(), plugins);
+    let endpoint = TypedEndpoint::mutating(find(entries::MUTATE_POD).unwrap(), plugins);
     Admission::with_endpoints(
         vec![Endpoint::from(endpoint)],
         Cache::empty(),
@@ -190,7 +190,7 @@ fn annotation(response: &Value, key: &str) -> Value {
 #[tokio::test]
 async fn by_default_every_rule_enforces_and_sees_the_request_as_sent() {
     let (admission, seen) = validating(Settings::default());
-    let response = answer(&admission, webhooks::VALIDATE_POD, "p").await;
+    let response = answer(&admission, entries::VALIDATE_POD, "p").await;
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["message"], "First says no");
     assert!(response.get("warnings").is_none() && response.get("auditAnnotations").is_none());
@@ -211,7 +211,7 @@ async fn by_default_every_rule_enforces_and_sees_the_request_as_sent() {
 #[tokio::test]
 async fn a_rule_in_warn_lets_the_request_through_with_its_message_and_writes_nothing() {
     let (admission, seen) = validating(actions(&["First=Warn"]));
-    let response = answer(&admission, webhooks::VALIDATE_POD, "p").await;
+    let response = answer(&admission, entries::VALIDATE_POD, "p").await;
     // The next enforced rule still answers.
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["message"], "Second says no");
@@ -235,7 +235,7 @@ async fn a_rule_in_warn_lets_the_request_through_with_its_message_and_writes_not
 #[tokio::test]
 async fn rules_in_audit_are_recorded_for_the_audit_log_and_the_request_is_allowed() {
     let (admission, _) = validating(actions(&["First=Audit", "Second=Warn+Audit"]));
-    let response = answer(&admission, webhooks::VALIDATE_POD, "p").await;
+    let response = answer(&admission, entries::VALIDATE_POD, "p").await;
     assert_eq!(response["allowed"], true, "{response}");
     assert_eq!(response["warnings"], json!(["[Second] Second says no"]));
     assert_eq!(
@@ -251,7 +251,7 @@ async fn rules_in_audit_are_recorded_for_the_audit_log_and_the_request_is_allowe
 #[tokio::test]
 async fn deny_with_audit_denies_and_records_the_refusal() {
     let (admission, _) = validating(actions(&["First=Deny+Audit"]));
-    let response = answer(&admission, webhooks::VALIDATE_POD, "p").await;
+    let response = answer(&admission, entries::VALIDATE_POD, "p").await;
     assert_eq!(response["allowed"], false);
     assert_eq!(
         annotation(&response, "denied"),
@@ -275,7 +275,7 @@ fn patched_labels(response: &Value) -> Value {
 #[tokio::test]
 async fn a_mutating_rule_in_audit_records_its_change_and_sends_none() {
     let admission = mutating(actions(&["A=Audit"]));
-    let response = answer(&admission, webhooks::MUTATE_POD, "p").await;
+    let response = answer(&admission, entries::MUTATE_POD, "p").await;
     assert_eq!(response["allowed"], true);
     assert_eq!(patched_labels(&response), json!({"B": "yes"}));
     assert_eq!(annotation(&response, "would-change"), json!(["A"]));
@@ -286,7 +286,7 @@ async fn a_mutating_rule_in_audit_records_its_change_and_sends_none() {
     );
 
     // Its refusal is recorded too; B, enforced, still refuses.
-    let response = answer(&admission, webhooks::MUTATE_POD, "refuse").await;
+    let response = answer(&admission, entries::MUTATE_POD, "refuse").await;
     assert_eq!(response["status"]["message"], "B refuses");
     assert_eq!(
         annotation(&response, "would-deny"),
@@ -294,7 +294,7 @@ async fn a_mutating_rule_in_audit_records_its_change_and_sends_none() {
     );
 
     let both = mutating(actions(&["A=Audit", "B=Audit"]));
-    let response = answer(&both, webhooks::MUTATE_POD, "p").await;
+    let response = answer(&both, entries::MUTATE_POD, "p").await;
     assert!(response.get("patch").is_none(), "{response}");
     assert_eq!(annotation(&response, "would-change"), json!(["A", "B"]));
 }
@@ -339,7 +339,7 @@ async fn quota_evaluation_in_audit_writes_nothing() {
     };
     async fn ask(admission: &Admission, body: Vec<u8>) -> Value {
         let bytes = admission
-            .review(webhooks::VALIDATE_POD, &body, None)
+            .review(entries::VALIDATE_POD, &body, None)
             .await
             .unwrap();
         serde_json::from_slice::<Value>(&bytes).unwrap()["response"].clone()

@@ -489,8 +489,8 @@ fn guarantee_usage_walks_up_the_tree() {
 #[test]
 fn racing_siblings_cannot_both_squeeze_into_the_parent() {
     use crate::admission::Admission;
-    use crate::admission::webhooks::VALIDATE_ELASTIC_QUOTA;
     use crate::cache::{CacheWriter, CachedObject};
+    use crate::entries::VALIDATE_ELASTIC_QUOTA;
     use crate::metrics::Metrics;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -632,8 +632,8 @@ fn a_child_created_just_after_its_parent_waits_for_the_parent() {
     use crate::admission::Admission;
     use crate::admission::env::Services;
     use crate::admission::ports::memory::MemoryLedgerStore;
-    use crate::admission::webhooks::MUTATE_ELASTIC_QUOTA;
     use crate::cache::{CacheWriter, CachedObject};
+    use crate::entries::MUTATE_ELASTIC_QUOTA;
     use crate::metrics::Metrics;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -703,9 +703,9 @@ fn a_child_created_just_after_its_parent_waits_for_the_parent() {
 #[test]
 fn a_quota_that_does_not_decode_blocks_the_changes_that_would_count_it() {
     use crate::admission::Admission;
-    use crate::admission::webhooks::VALIDATE_ELASTIC_QUOTA;
     use crate::cache::quota_topology::UnreadableQuota;
     use crate::cache::{CacheWriter, CachedObject, write_topology};
+    use crate::entries::VALIDATE_ELASTIC_QUOTA;
     use crate::metrics::Metrics;
 
     let mut writer = CacheWriter::default();

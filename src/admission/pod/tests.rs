@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 
 use crate::admission::Admission;
 use crate::admission::endpoint::{Endpoint, TypedEndpoint};
-use crate::admission::webhooks::{MUTATE_POD, VALIDATE_POD, find};
 use crate::cache::{Cache, CacheWriter, CachedObject};
+use crate::entries::{MUTATE_POD, VALIDATE_POD, find};
 use crate::features::{FeatureGates, Gate};
 use crate::metrics::Metrics;
 

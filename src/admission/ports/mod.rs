@@ -9,8 +9,8 @@ pub(crate) mod memory;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::admission::narrowing::pod::{PodEntry, Reach};
 use crate::apis::ElasticQuota;
+use crate::entries::narrowing::pod::{PodEntry, Reach};
 
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -18,13 +18,11 @@ use serde_json::{Value, json};
 
 use crate::admission::actions::RuleActions;
 use crate::admission::settings::OwnUser;
-use crate::admission::webhooks::{
-    VALIDATE_CONFIGMAP, VALIDATE_ELASTIC_QUOTA, VALIDATE_NODE, VALIDATE_POD,
-};
 use crate::admission::{Admission, Settings, registered_rules};
 use crate::cache::CacheWriter;
 use crate::cache::load::to_cached;
 use crate::cli::{AuditArgs, OutputFormat};
+use crate::entries::{VALIDATE_CONFIGMAP, VALIDATE_ELASTIC_QUOTA, VALIDATE_NODE, VALIDATE_POD};
 use crate::features::FeatureGates;
 use crate::metrics::Metrics;
 use listing::{Kind, Pages, Selection};

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use crate::admission::narrowing::pod::PodEntry;
+use crate::entries::narrowing::pod::PodEntry;
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
 use crate::install::webhook_configurations;

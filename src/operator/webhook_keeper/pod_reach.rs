@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::admission::narrowing::Calls;
-use crate::admission::narrowing::pod::{PodEntry, Reach, create_reach, validate_reach};
-use crate::admission::narrowing::record::{EntryState, ReachRecord, leader_reach, now_ms};
-use crate::admission::webhooks::WEBHOOKS;
 use crate::cache::Cache;
+use crate::entries::ENDPOINTS;
+use crate::entries::narrowing::Calls;
+use crate::entries::narrowing::pod::{PodEntry, Reach, create_reach, validate_reach};
+use crate::entries::narrowing::record::{EntryState, ReachRecord, leader_reach, now_ms};
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
 
@@ -131,7 +131,7 @@ fn set(target: &mut WebhookTarget, entry: PodEntry, reach: Reach) {
 }
 
 fn sends_every_pod(target: &WebhookTarget, entry: PodEntry, gates: &FeatureGates) -> bool {
-    WEBHOOKS
+    ENDPOINTS
         .iter()
         .flat_map(|w| w.entries)
         .find(|e| e.name == entry.entry_name())

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use koord_webhook::admission::webhooks;
+use koord_webhook::entries;
 use serde_json::{Value, json};
 
 use super::{Case, Rng};
@@ -222,7 +222,7 @@ pub(super) fn node_status_case(rng: &mut Rng) -> Case {
     let new_cpu = *rng.pick(&["4", "8", "3500m"]);
     let old_cpu = *rng.pick(&["4", "8"]);
     Case {
-        path: webhooks::MUTATE_NODE_STATUS,
+        path: entries::MUTATE_NODE_STATUS,
         gates: BTreeMap::new(),
         objects: vec![],
         review: review(
@@ -453,7 +453,7 @@ pub(super) fn slo_config_case(rng: &mut Rng) -> Case {
     };
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"pool": "x"}}});
     Case {
-        path: webhooks::VALIDATE_CONFIGMAP,
+        path: entries::VALIDATE_CONFIGMAP,
         gates: BTreeMap::new(),
         objects: vec![node],
         review: review(
@@ -516,7 +516,7 @@ pub(super) fn pod_quota_case(rng: &mut Rng) -> Case {
     .into_iter()
     .collect();
     Case {
-        path: webhooks::VALIDATE_POD,
+        path: entries::VALIDATE_POD,
         gates,
         objects: vec![quota],
         review: review(
@@ -708,7 +708,7 @@ pub(super) fn mutate_pod_case(rng: &mut Rng) -> Case {
     let mut gates = BTreeMap::new();
     gates.insert("ColocationProfileSkipMutatingResources", rng.chance(20));
     Case {
-        path: webhooks::MUTATE_POD,
+        path: entries::MUTATE_POD,
         gates,
         objects,
         review: review(
@@ -805,7 +805,7 @@ pub(super) fn validate_pod_case(rng: &mut Rng) -> Case {
     gates.insert("ColocationProfileSkipValidatingPriority", rng.chance(15));
     gates.insert("ValidatePodDeviceResource", rng.chance(50));
     Case {
-        path: webhooks::VALIDATE_POD,
+        path: entries::VALIDATE_POD,
         gates,
         objects: Vec::new(),
         review: review(
@@ -845,7 +845,7 @@ pub(super) fn mutate_reservation_case(rng: &mut Rng) -> Case {
     let mut gates = BTreeMap::new();
     gates.insert("ColocationProfileSkipMutatingResources", rng.chance(20));
     Case {
-        path: webhooks::MUTATE_RESERVATION,
+        path: entries::MUTATE_RESERVATION,
         gates,
         objects,
         review: review(
@@ -913,7 +913,7 @@ pub(super) fn validate_node_case(rng: &mut Rng) -> Case {
         ("CREATE", Value::Null)
     };
     Case {
-        path: webhooks::VALIDATE_NODE,
+        path: entries::VALIDATE_NODE,
         gates: BTreeMap::new(),
         objects: vec![config],
         review: review(("", "v1", "Node"), "nodes", None, operation, "", new, old),

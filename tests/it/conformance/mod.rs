@@ -11,10 +11,10 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use base64::Engine;
-use koord_webhook::admission::webhooks;
 use koord_webhook::admission::{Admission, Settings};
 use koord_webhook::cache::CacheWriter;
 use koord_webhook::cache::load::to_cached;
+use koord_webhook::entries;
 use koord_webhook::features::FeatureGates;
 use koord_webhook::metrics::Metrics;
 use serde_json::{Value, json};
@@ -413,11 +413,11 @@ pub struct EndpointReport {
 type Generator = fn(&mut Rng) -> Case;
 
 fn mutate_quota(r: &mut Rng) -> Case {
-    quota_case(r, webhooks::MUTATE_ELASTIC_QUOTA)
+    quota_case(r, entries::MUTATE_ELASTIC_QUOTA)
 }
 
 fn validate_quota(r: &mut Rng) -> Case {
-    quota_case(r, webhooks::VALIDATE_ELASTIC_QUOTA)
+    quota_case(r, entries::VALIDATE_ELASTIC_QUOTA)
 }
 
 /// The case again, with the object as our first answer left it: what the endpoint meets when it

@@ -140,10 +140,7 @@ pub async fn forge_quota_create(addr: std::net::SocketAddr, namespace: &str, quo
         .await
         .unwrap();
     let (_, answer) = conn
-        .post(
-            koord_webhook::admission::webhooks::VALIDATE_ELASTIC_QUOTA,
-            body,
-        )
+        .post(koord_webhook::entries::VALIDATE_ELASTIC_QUOTA, body)
         .await;
     let answer: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(answer["response"]["allowed"], true, "{answer}");

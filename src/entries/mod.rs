@@ -1,5 +1,10 @@
 //! The admission endpoints and the webhook configuration entries that route to them
-//! (docs/admission.md). The server, `review`, the manifests and the operator all read this table.
+//! (docs/admission.md), and for each entry which requests its rules can act on (`narrowing/`,
+//! docs/narrowing.md). The server, `review`, the manifests and the operator all read this table;
+//! it is data about admission, not admission itself (`admission/` turns a request body into a
+//! response body), so it sits below both.
+
+pub mod narrowing;
 
 use crate::features::Gate;
 
@@ -29,7 +34,7 @@ impl FailurePolicy {
 macro_rules! endpoints {
     ($($(#[$doc:meta])* $variant:ident),* $(,)?) => {
         /// Every admission endpoint koord-webhook serves. Adding one is a variant here; the
-        /// compiler then asks for the rest: its row of [`WEBHOOKS`] (checked in order below) and
+        /// compiler then asks for the rest: its row of [`ENDPOINTS`] (checked in order below) and
         /// its chain (`admission::build_endpoint`, an exhaustive match). docs/recipes.md.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum EndpointName {
@@ -139,7 +144,7 @@ pub const VALIDATE_CONFIGMAP: &str = "/validate-configmap";
 pub const VALIDATE_COLOCATION_PROFILE: &str = "/validate-clustercolocationprofile";
 
 /// The table: one row per [`EndpointName`], in the order of [`EndpointName::ALL`].
-pub const WEBHOOKS: &[EndpointSpec] = &[
+pub const ENDPOINTS: &[EndpointSpec] = &[
     EndpointSpec {
         endpoint: EndpointName::MutatePod,
         path: MUTATE_POD,
@@ -319,23 +324,23 @@ pub const WEBHOOKS: &[EndpointSpec] = &[
 
 // Every endpoint has its row, in order: a missing or extra row fails the build.
 const _: () = {
-    assert!(WEBHOOKS.len() == EndpointName::ALL.len());
+    assert!(ENDPOINTS.len() == EndpointName::ALL.len());
     let mut i = 0;
-    while i < WEBHOOKS.len() {
-        assert!(WEBHOOKS[i].endpoint as usize == EndpointName::ALL[i] as usize);
+    while i < ENDPOINTS.len() {
+        assert!(ENDPOINTS[i].endpoint as usize == EndpointName::ALL[i] as usize);
         i += 1;
     }
 };
 
 impl EndpointName {
-    /// Its row of [`WEBHOOKS`] (the rows are in the variants' order, checked above).
+    /// Its row of [`ENDPOINTS`] (the rows are in the variants' order, checked above).
     pub fn spec(self) -> &'static EndpointSpec {
-        &WEBHOOKS[self as usize]
+        &ENDPOINTS[self as usize]
     }
 }
 
 pub fn find(path: &str) -> Option<&'static EndpointSpec> {
-    WEBHOOKS.iter().find(|w| w.path == path)
+    ENDPOINTS.iter().find(|w| w.path == path)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub mod record;
 #[cfg(test)]
 mod tests;
 
-use crate::admission::webhooks::Narrowing;
+use crate::entries::Narrowing;
 use crate::features::FeatureGates;
 pub use calls::{Calls, Condition};
 use pod::{PodEntry, PodReach};

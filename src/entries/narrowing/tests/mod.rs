@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 use super::Calls;
 use super::pod::{PodReach, create_reach, validate_reach};
 use crate::admission::Admission;
-use crate::admission::webhooks::Narrowing;
-use crate::admission::webhooks::{EndpointSpec, EntrySpec, WEBHOOKS};
 use crate::apis::keys::*;
 use crate::cache::{CacheWriter, CachedObject};
+use crate::entries::Narrowing;
+use crate::entries::{ENDPOINTS, EndpointSpec, EntrySpec};
 use crate::features::{FeatureGates, Gate};
 use crate::metrics::Metrics;
 
@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 const CASES: u32 = 2_500;
 
 fn entry(narrowing: Narrowing) -> (&'static EndpointSpec, &'static EntrySpec) {
-    WEBHOOKS
+    ENDPOINTS
         .iter()
         .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
         .find(|(_, e)| e.narrowing == narrowing)

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::pod::{PodEntry, Reach};
-use crate::admission::webhooks::Narrowing;
-use crate::admission::webhooks::WEBHOOKS;
+use crate::entries::ENDPOINTS;
+use crate::entries::Narrowing;
 
 /// The annotation holding the record on each webhook configuration.
 pub const REACH_ANNOTATION: &str = "koord-webhook.koordinator.sh/pod-reach";
@@ -56,7 +56,7 @@ impl PodEntry {
 
 /// The name of the table's entry narrowed this way (each of these narrowings names one entry).
 fn entry_with(narrowing: Narrowing) -> &'static str {
-    WEBHOOKS
+    ENDPOINTS
         .iter()
         .flat_map(|w| w.entries)
         .find(|e| e.narrowing == narrowing)
