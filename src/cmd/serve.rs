@@ -196,6 +196,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
     let settings = args.rules.settings().auditing_endpoints(&audited);
     match &operator {
+        // `--own-user` named it: nothing to ask.
+        Some(_) if settings.own_user.get().is_some() => {}
         Some((client, _)) => {
             tokio::spawn(own_user::learn(client.clone(), settings.own_user.clone()));
         }

@@ -246,15 +246,11 @@ fn peak_rss_mib(pid: u32) -> f64 {
         / 1024.0
 }
 
-/// The worst mix a caller can send at once, against `serve` with the chart's memory limit: pods
-/// of labels (decoded, they take 17 times their bytes through /mutate-pod) of 3 MiB, what the API
-/// server can send, and of 7.5 MiB, under the body limit. The decode budget, derived from the
-/// limit, keeps the process under it: each review is answered or refused (503 when the budget
-/// stayed taken until its deadline, 413 when it could never fit), none is lost to an OOM kill.
-/// Before, two 7.5 MiB reviews at once peaked at 266 MiB.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
-    const LIMIT_MIB: u64 = 256;
+/// `serve --state` on the quota-tree fixture with `--memory-limit`, once it accepts connections:
+/// the process (killed on drop), its address, and the folder of its certificate.
+async fn serve_with_memory_limit(
+    limit_mib: u64,
+) -> (support::KillOnDrop, std::net::SocketAddr, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let pair = support::new_pair("memory");
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
@@ -266,17 +262,27 @@ async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
         port,
         &fixture("state/quota-tree.yaml"),
         (&cert, &key),
-        &["--memory-limit", &(LIMIT_MIB << 20).to_string()],
+        &["--memory-limit", &(limit_mib << 20).to_string()],
     );
-    let mut up = false;
     for _ in 0..100 {
         if connect(addr, Proto::Http1).await.is_ok() {
-            up = true;
-            break;
+            return (server, addr, dir);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(up, "serve did not start");
+    panic!("serve did not start");
+}
+
+/// The worst mix a caller can send at once, against `serve` with the chart's memory limit: pods
+/// of labels (decoded, they take 17 times their bytes through /mutate-pod) of 3 MiB, what the API
+/// server can send, and of 7.5 MiB, under the body limit. The decode budget, derived from the
+/// limit, keeps the process under it: each review is answered or refused (503 when the budget
+/// stayed taken until its deadline, 413 when it could never fit), none is lost to an OOM kill.
+/// Before, two 7.5 MiB reviews at once peaked at 266 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_reviews_at_once_stay_within_the_memory_limit() {
+    const LIMIT_MIB: u64 = 256;
+    let (server, addr, _dir) = serve_with_memory_limit(LIMIT_MIB).await;
 
     let (medium, large) = (label_pod_review(3.0), label_pod_review(7.5));
     let mut reviews = tokio::task::JoinSet::new();
@@ -405,6 +411,60 @@ async fn one_address_cannot_hold_every_connection() {
     let mut conn = connect_plain(server.ops_addr).await.unwrap();
     assert_eq!(conn.get("/metrics").await.0, StatusCode::OK);
     server.stop().await;
+}
+
+/// Every endpoint's worst shapes at once, each as large as the decode budget lets through, against
+/// `serve` with the chart's memory limit: each kind's object with 3 MiB of labels (decoded, a map
+/// of two strings per label; what the API server can send) and with 2 MiB of zeros in
+/// `managedFields` (the most values per byte; skipped unread). The byte budget and the decode
+/// budget keep the process under the limit: every review is answered or refused (413, 503), none
+/// is lost to an OOM kill, and some are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoints_worst_shapes_at_once_stay_within_the_memory_limit() {
+    const LIMIT_MIB: u64 = 256;
+    let (server, addr, _dir) = serve_with_memory_limit(LIMIT_MIB).await;
+
+    let pairs = (3.0 * 1024.0 * 1024.0 / 24.0) as usize;
+    let labels: serde_json::Map<String, Value> = (0..pairs)
+        .map(|i| (format!("k{i:07}"), json!(format!("v{i:07}"))))
+        .collect();
+    let zeros = json!([{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:x": vec![0; (2.0 * 1024.0 * 1024.0 / 2.0) as usize]}}]);
+    let mut bodies = Vec::new();
+    for spec in entries::ENDPOINTS.iter() {
+        let plain: Value = serde_json::from_slice(&harmless_review(spec.path, "big")).unwrap();
+        for (field, value) in [
+            ("labels", Value::Object(labels.clone())),
+            ("managedFields", zeros.clone()),
+        ] {
+            let mut review = plain.clone();
+            review["request"]["object"]["metadata"][field] = value;
+            bodies.push((spec.path, serde_json::to_vec(&review).unwrap()));
+        }
+    }
+    let mut reviews = tokio::task::JoinSet::new();
+    for (path, body) in bodies {
+        reviews.spawn(async move {
+            let mut conn = connect(addr, Proto::Http1).await.unwrap();
+            let status = conn.post(&format!("{path}?timeout=10s"), body).await.0;
+            (path, status.as_u16())
+        });
+    }
+    let mut answered = std::collections::BTreeMap::new();
+    while let Some(answer) = reviews.join_next().await {
+        let (path, status) = answer.unwrap();
+        assert!([200, 413, 503].contains(&status), "{path}: {status}");
+        *answered.entry(status).or_insert(0) += 1;
+    }
+    let peak = peak_rss_mib(server.0.id());
+    eprintln!(
+        "every endpoint's worst shapes at once: {answered:?}, peak {peak:.1} MiB of {LIMIT_MIB} MiB"
+    );
+    assert!(answered.contains_key(&200), "none answered: {answered:?}");
+    assert!(
+        peak < LIMIT_MIB as f64,
+        "peak {peak:.1} MiB is over the limit of {LIMIT_MIB} MiB"
+    );
 }
 
 /// An slo-controller ConfigMap whose overlap check is within the limit but not cheap (6 strategies of
