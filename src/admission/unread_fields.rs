@@ -208,16 +208,24 @@ impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for FilterMap<A> {
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
         loop {
-            let Some(key) = self.inner.next_key::<String>()? else {
+            let Some(key) = self.inner.next_key::<Key<'de>>()? else {
                 return Ok(None);
             };
-            if self.level == Level::Metadata && key == MANAGED_FIELDS {
+            let text = key.text();
+            if self.level == Level::Metadata && text == MANAGED_FIELDS {
                 self.inner.next_value::<IgnoredAny>()?;
                 continue;
             }
-            self.metadata_next = self.level == Level::Object && key == "metadata";
-            let key: de::value::StringDeserializer<A::Error> = key.into_deserializer();
-            return seed.deserialize(key).map(Some);
+            self.metadata_next = self.level == Level::Object && text == "metadata";
+            return match key {
+                Key::Borrowed(text) => seed
+                    .deserialize(de::value::BorrowedStrDeserializer::<A::Error>::new(text))
+                    .map(Some),
+                Key::Owned(text) => {
+                    let text: de::value::StringDeserializer<A::Error> = text.into_deserializer();
+                    seed.deserialize(text).map(Some)
+                }
+            };
         }
     }
 
@@ -231,6 +239,44 @@ impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for FilterMap<A> {
 
     fn size_hint(&self) -> Option<usize> {
         self.inner.size_hint()
+    }
+}
+
+/// A key as the JSON holds it: borrowed from the body when it has no escapes (the usual case on
+/// the request path, where a key then costs no allocation), owned otherwise.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn text(&self) -> &str {
+        match self {
+            Key::Borrowed(text) => text,
+            Key::Owned(text) => text,
+        }
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v))
+            }
+        }
+        d.deserialize_str(Text)
     }
 }
 
@@ -303,6 +349,16 @@ mod tests {
         // A broken document is still an error, with serde_json's position.
         let broken = quota_text(json!([])).replace("\"managedFields\":[]", "\"managedFields\":[");
         assert!(decode::<ElasticQuota>(&broken).is_err());
+    }
+
+    #[test]
+    fn escaped_keys_are_read_as_their_text() {
+        let text = quota_text(json!([{"manager": "m"}]))
+            .replace("\"managedFields\"", "\"managed\\u0046ields\"")
+            .replace("\"labels\"", "\"lab\\u0065ls\"");
+        let quota: ElasticQuota = decode(&text).unwrap();
+        assert_eq!(quota.metadata.managed_fields, None);
+        assert_eq!(quota.metadata.labels.unwrap()["a"], "b");
     }
 
     #[test]

@@ -42,23 +42,11 @@ impl<T> Held<T> {
     pub fn new(io: T, slot: Slot) -> Self {
         Self { io, _slot: slot }
     }
-
-    pub fn peer_addr(&self) -> Option<std::net::SocketAddr>
-    where
-        T: AsPeer,
-    {
-        self.io.peer()
-    }
 }
 
-/// A stream that knows its peer's address.
-pub trait AsPeer {
-    fn peer(&self) -> Option<std::net::SocketAddr>;
-}
-
-impl AsPeer for tokio::net::TcpStream {
-    fn peer(&self) -> Option<std::net::SocketAddr> {
-        self.peer_addr().ok()
+impl Held<tokio::net::TcpStream> {
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.io.peer_addr().ok()
     }
 }
 
