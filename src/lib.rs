@@ -11,6 +11,7 @@ pub(crate) mod duration;
 pub mod entries;
 pub mod features;
 pub mod install;
+pub mod kube_events;
 pub(crate) mod kube_ports;
 pub mod kubernetes_errors;
 pub mod metrics;

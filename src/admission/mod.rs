@@ -1,7 +1,7 @@
 //! The admission framework: from a request body to a response body.
 //!
-//! `review.rs` knows the wire format, `webhooks.rs` the table of paths, `endpoint.rs` one review
-//! from body to answer, `chain.rs` how plugins run, `env.rs` what requests share and `ports/` what
+//! `review.rs` knows the wire format (the table of paths is `crate::entries`), `endpoint.rs` one
+//! review from body to answer, `chain.rs` how plugins run, `env.rs` what requests share and `ports/` what
 //! plugins reach outside the process through. The plugins live in one folder per resource;
 //! registering one is a line in that folder's `mod.rs`.
 
@@ -25,7 +25,6 @@ pub(crate) mod ports;
 pub(crate) mod reservation;
 pub(crate) mod review;
 pub mod settings;
-pub(crate) mod unread_fields;
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@ use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::unread_fields::{optional_without_managed_fields, without_managed_fields};
+use crate::apis::unread_fields::{optional_without_managed_fields, without_managed_fields};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";

@@ -1,4 +1,5 @@
-//! Koordinator's custom resources as Rust types, and the label/annotation names the webhooks read.
+//! Koordinator's custom resources as Rust types, the label/annotation names the webhooks read, and
+//! how objects are decoded without what nobody reads (`unread_fields`).
 //!
 //! `crds/` is generated from these types by `koord-webhook crds`.
 
@@ -10,6 +11,7 @@ pub mod meta;
 mod open_enum;
 pub mod reservation;
 mod schema;
+pub mod unread_fields;
 
 pub use colocation_profile::{ClusterColocationProfile, ClusterColocationProfileSpec};
 pub use elastic_quota::{ElasticQuota, ElasticQuotaSpec, ElasticQuotaStatus};

@@ -10,20 +10,21 @@
 //! refuse the changes that would have to count it (fail closed: before, it counted as absent from
 //! its siblings' min sum).
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher::Event;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
 use tokio::sync::mpsc;
 
 use super::quota_topology::UnreadableQuota;
+use super::unmanaged::requests_of_inner;
 use super::{SharedTopology, write_topology};
 use crate::apis::keys::QUOTA_PARENT;
+use crate::kube_events::{self, Note};
 use crate::metrics::labels::KindLabels;
 
 /// One listed or watched object: read, or kept by its metadata with the reason it did not decode.
@@ -54,23 +55,10 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
     }
 }
 
-/// The API paths are `K`'s: a `Lenient<K>` is listed and watched exactly where `K` is.
+/// A `Lenient<K>` is listed and watched exactly where `K` is.
 impl<K: Resource> Resource for Lenient<K> {
-    type DynamicType = K::DynamicType;
-    type Scope = K::Scope;
+    requests_of_inner!();
 
-    fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &Self::DynamicType) -> Cow<'_, str> {
-        K::plural(dt)
-    }
     fn meta(&self) -> &ObjectMeta {
         match self {
             Lenient::Read(object) => object.meta(),
@@ -254,16 +242,13 @@ pub async fn publish(recorder: Recorder, mut unreadable: mpsc::Receiver<Unreadab
         // Events carry at most 1 KiB of note.
         let error: String = error.chars().take(700).collect();
         let note = format!("koord-webhook cannot read this object and leaves it out: {error}");
-        let event = KubeEvent {
+        let note = Note {
             type_: EventType::Warning,
-            reason: "UnreadableObject".into(),
-            note: Some(note),
-            action: "Cache".into(),
-            secondary: None,
+            reason: "UnreadableObject",
+            action: "Cache",
+            note,
         };
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            tracing::debug!(error = %e, "could not record an event");
-        }
+        kube_events::record(&recorder, &reference, note).await;
     }
 }
 

@@ -11,6 +11,7 @@ pub mod pod_index;
 pub mod quota_topology;
 pub mod slim;
 pub mod store;
+mod unmanaged;
 pub mod watch;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};

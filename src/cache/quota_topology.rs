@@ -177,6 +177,11 @@ impl QuotaTopology {
     /// Inserts a quota as the cluster has it (the watch), or replaces it and moves it under its
     /// (possibly new) parent.
     pub fn upsert(&mut self, info: QuotaInfo) {
+        // A relist brings every quota again: one that did not change keeps its entries (no
+        // reallocated keys), and copies of the tree stay current.
+        if self.infos.get(&info.name) == Some(&info) {
+            return;
+        }
         self.generation += 1;
         self.apply(info);
     }

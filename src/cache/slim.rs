@@ -21,6 +21,11 @@ use crate::apis::{
 /// Drops what no rule reads of an object the cache is about to keep.
 pub trait Slim {
     fn slim(&mut self);
+
+    /// Whether two slimmed objects hold the same: the store then keeps the copy it has (a relist
+    /// brings every object again, a node's heartbeat its unchanged labels), so what it keeps is not
+    /// reallocated, and the allocator's pages are not scattered with long-lived copies.
+    fn same(&self, other: &Self) -> bool;
 }
 
 /// kubectl's client-side apply record: a whole copy of the object as last applied.
@@ -63,6 +68,10 @@ impl<K> Slim for PartialObjectMeta<K> {
         };
         self.types = None;
     }
+
+    fn same(&self, other: &Self) -> bool {
+        self.metadata == other.metadata
+    }
 }
 
 /// The annotations a rule reads of a cached quota: the namespaces it binds (`vpod`'s reach), pod
@@ -94,6 +103,10 @@ impl Slim for ElasticQuota {
         self.spec.min = None;
         self.status = None;
     }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 /// A pod's reservation affinity reads the Reservation's phase and what it has free.
@@ -108,6 +121,10 @@ impl Slim for Reservation {
             ..Default::default()
         });
     }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 /// Kinds read whole (profiles, the SLO ConfigMaps, priority classes): few, small objects, kept
@@ -117,6 +134,10 @@ macro_rules! without_records {
         impl Slim for $kind {
             fn slim(&mut self) {
                 without_records(self.meta_mut());
+            }
+
+            fn same(&self, other: &Self) -> bool {
+                self == other
             }
         }
     )*};

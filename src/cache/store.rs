@@ -150,27 +150,35 @@ impl<K: Resource + Slim> Writer<K> {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Inserts or replaces one object, slimmed first.
+    /// Inserts or replaces one object, slimmed first. An object the same as the one kept (a relist
+    /// brings every object again) leaves the kept copy in place.
     pub fn upsert(&mut self, mut object: K) {
         object.slim();
-        let object = Arc::new(object);
-        let (name, namespace) = (
-            object.meta().name.as_deref(),
-            object.meta().namespace.as_deref(),
-        );
-        let name = name.unwrap_or_default();
         let mut objects = self.write();
         let epoch = objects.relisting.unwrap_or(0);
         // A replaced object (most events: a node's every status update) allocates no new key.
-        if let Some(entry) = objects.by_name.get_mut(name).and_then(|entries| {
-            entries
-                .iter_mut()
-                .find(|e| e.namespace.as_deref() == namespace)
-        }) {
-            entry.object = object;
+        let meta = object.meta();
+        let namespace = meta.namespace.as_deref();
+        let kept = objects
+            .by_name
+            .get_mut(meta.name.as_deref().unwrap_or_default())
+            .and_then(|entries| {
+                entries
+                    .iter_mut()
+                    .find(|e| e.namespace.as_deref() == namespace)
+            });
+        if let Some(entry) = kept {
+            if !entry.object.same(&object) {
+                entry.object = Arc::new(object);
+            }
             entry.epoch = epoch;
             return;
         }
+        let object = Arc::new(object);
+        let (name, namespace) = (
+            object.meta().name.as_deref().unwrap_or_default(),
+            object.meta().namespace.as_deref(),
+        );
         let entry = Entry {
             namespace: namespace.map(Box::from),
             object: object.clone(),
@@ -317,6 +325,26 @@ mod tests {
         w.apply(Event::InitApply(cm("a", "z", "1")));
         assert_eq!(w.apply(Event::InitDone).len(), 3);
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn an_unchanged_object_keeps_the_copy_already_kept() {
+        let mut w = Writer::default();
+        let r = w.as_reader();
+        w.apply(Event::Apply(cm("a", "x", "1")));
+        let kept = r.get(Some("a"), "x").unwrap();
+        // A relist bringing it again, and an event that changes nothing the store keeps.
+        w.apply(Event::Init);
+        w.apply(Event::InitApply(cm("a", "x", "1")));
+        assert!(w.apply(Event::InitDone).is_empty());
+        w.apply(Event::Apply(cm("a", "x", "1")));
+        assert!(Arc::ptr_eq(&kept, &r.get(Some("a"), "x").unwrap()));
+        // A change replaces it; and a relist that does not bring it still drops it.
+        w.apply(Event::Apply(cm("a", "x", "2")));
+        assert!(!Arc::ptr_eq(&kept, &r.get(Some("a"), "x").unwrap()));
+        w.apply(Event::Init);
+        assert_eq!(w.apply(Event::InitDone).len(), 1);
+        assert!(r.is_empty());
     }
 
     #[test]

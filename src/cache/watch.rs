@@ -1,8 +1,9 @@
 //! Cluster mode: kube-runtime watches fill the cache (docs/architecture.md, "A watch event"). Nodes
-//! and Namespaces are watched as metadata only (an `Api<PartialObjectMeta<K>>` asks for nothing else), pods reduced to what the pod index keeps; ConfigMaps
-//! only those the rules read, by name; Koordinator's kinds leniently (`lenient.rs`). Every object is
-//! slimmed as it arrives and a relist is applied in place (`store.rs`). A broken watch resumes with
-//! kube-runtime's backoff while the cache stays readable.
+//! and Namespaces are watched as metadata only (an `Api<PartialObjectMeta<K>>` asks for nothing
+//! else), pods reduced to what the pod index keeps; ConfigMaps only those the rules read, by name;
+//! Koordinator's kinds leniently (`lenient.rs`). Every object is decoded without its managedFields
+//! (`unmanaged.rs`) and slimmed as it arrives, and a relist is applied in place (`store.rs`). A
+//! broken watch resumes with kube-runtime's backoff while the cache stays readable.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use super::lenient::{Lenient, SetAside, Unreadable};
 use super::slim::Slim;
 use super::store::Writer;
+use super::unmanaged::{Unmanaged, map_event};
 use super::{CacheWriter, IndexedPod, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::cache::CacheMetrics;
@@ -116,7 +118,7 @@ where
     K: Resource + Clone + Debug + Default + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default,
 {
-    watch(Api::<Lenient<K>>::all(client)).filter_map(move |event| {
+    watch::<Lenient<K>>(client).filter_map(move |event| {
         future::ready(match event {
             Ok(event) => set_aside.event(event).map(Ok),
             Err(e) => Some(Err(e)),
@@ -124,22 +126,30 @@ where
     })
 }
 
-fn watch<K>(api: Api<K>) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
+/// Every object of kind `K` in the cluster, decoded without its managedFields (`unmanaged.rs`).
+fn watch<K>(client: Client) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default,
 {
-    watcher::watcher(api, config()).default_backoff()
+    unwrapped(watcher::watcher(Api::<Unmanaged<K>>::all(client), config()).default_backoff())
+}
+
+fn unwrapped<K>(
+    stream: impl Stream<Item = watcher::Result<Event<Unmanaged<K>>>> + Send,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send {
+    stream.map(|event| event.map(|event| map_event(event, |Unmanaged(object)| object)))
 }
 
 /// Lists in pages of [`LIST_PAGE`] objects: a page is decoded whole before its objects are slimmed,
 /// and every watch relists at once after an API-server restart, so the page bounds that moment's
-/// transient memory (kube-runtime's default of 500 whole quotas or pods is several MiB per watch).
+/// transient memory (kube-runtime's default of 500 whole quotas or pods is several MiB per watch;
+/// 50 against 100 lowered the peak through a restart at the S scale by a few MiB, docs/scale.md).
 fn config() -> Config {
     Config::default().page_size(LIST_PAGE)
 }
 
-const LIST_PAGE: u32 = 100;
+const LIST_PAGE: u32 = 50;
 
 /// One watch per ConfigMap the rules read, by field selector on its name (nothing else of its
 /// namespace is listed or held), merged; each event with the index of the watch it came from.
@@ -152,13 +162,10 @@ fn named_config_maps(
         .enumerate()
         .map(|(source, (namespace, name))| {
             let config = config().fields(&format!("metadata.name={name}"));
-            watcher::watcher(
-                Api::<ConfigMap>::namespaced(client.clone(), namespace),
-                config,
-            )
-            .default_backoff()
-            .map(move |event| event.map(|e| (source, e)))
-            .boxed()
+            let api = Api::<Unmanaged<ConfigMap>>::namespaced(client.clone(), namespace);
+            unwrapped(watcher::watcher(api, config).default_backoff())
+                .map(move |event| event.map(|e| (source, e)))
+                .boxed()
         });
     futures::stream::select_all(watches)
 }
@@ -191,16 +198,6 @@ fn follow_named(
             }
             writer.apply(Event::InitDone);
         }
-    }
-}
-
-fn indexed<P>(event: &Event<P>, index_pod: impl Fn(&P) -> IndexedPod) -> Event<IndexedPod> {
-    match event {
-        Event::Apply(p) => Event::Apply(index_pod(p)),
-        Event::Delete(p) => Event::Delete(index_pod(p)),
-        Event::Init => Event::Init,
-        Event::InitApply(p) => Event::InitApply(index_pod(p)),
-        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -303,30 +300,31 @@ pub async fn run<P>(
         ),
         drive(
             "namespace",
-            watch(Api::<PartialObjectMeta<Namespace>>::all(client.clone())),
+            watch::<PartialObjectMeta<Namespace>>(client.clone()),
             into(namespaces),
             m()
         ),
         drive(
             "priorityclass",
-            watch(Api::<PriorityClass>::all(client.clone())),
+            watch::<PriorityClass>(client.clone()),
             into(priority_classes),
             m()
         ),
         drive(
             "node",
-            watch(Api::<PartialObjectMeta<Node>>::all(client.clone())),
+            watch::<PartialObjectMeta<Node>>(client.clone()),
             into(nodes),
             m()
         ),
         async move {
             if let Some(index_pod) = index_pod {
-                let apply = move |event| pods.apply(&indexed(&event, &index_pod));
-                drive("pod", watch(Api::<P>::all(client.clone())), apply, m()).await
+                let apply = move |event| pods.apply(&map_event(event, |p| index_pod(&p)));
+                drive("pod", watch::<P>(client.clone()), apply, m()).await
             } else {
-                let apply = move |event| pods.apply(&indexed(&event, IndexedPod::from_meta));
-                let metadata = Api::<PartialObjectMeta<Pod>>::all(client.clone());
-                drive("pod", watch(metadata), apply, m()).await
+                let apply =
+                    move |event| pods.apply(&map_event(event, |p| IndexedPod::from_meta(&p)));
+                let metadata = watch::<PartialObjectMeta<Pod>>(client.clone());
+                drive("pod", metadata, apply, m()).await
             }
         },
     );

@@ -21,6 +21,7 @@ const FLOORS: &[(u8, &[&str])] = &[
             "names",
             "duration",
             "kubernetes_errors",
+            "kube_events",
         ],
     ),
     (2, &["cache", "selectors", "certs", "cluster_client"]),

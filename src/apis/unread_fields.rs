@@ -1,9 +1,11 @@
-//! A reviewed object is decoded without its `metadata.managedFields`: no rule reads them, the API
-//! server keeps its own, and a patch never carries them. k8s-openapi's `ObjectMeta` (and so every
-//! kind but the slim pod) would otherwise decode each entry's `fieldsV1` into a JSON tree, whatever
-//! its size: the one free-form shape in a review that a caller could fill with millions of small
-//! values (issue 41: 8 MiB of zeros there cost a replica 280 MiB before the decode budget counted
-//! values). Here the field is walked over unread, as serde walks a field the type does not declare.
+//! Objects decoded without their `metadata.managedFields`: no rule reads them, the API server keeps
+//! its own, and a patch never carries them. k8s-openapi's `ObjectMeta` (and so every kind but the
+//! slim pod) would otherwise decode each entry's `fieldsV1` into a JSON tree, whatever its size.
+//! Two readers use it: a review (`admission/review.rs`), where that tree is the one free-form shape
+//! a caller could fill with millions of small values (issue 41: 8 MiB of zeros there cost a replica
+//! 280 MiB before the decode budget counted values), and the cache's watches
+//! (`cache/unmanaged.rs`), where it was most of what a relist decodes. Here the field is walked
+//! over unread, as serde walks a field the type does not declare.
 //!
 //! It works as a wrapper around the JSON deserializer that looks at the keys of two maps only, the
 //! object's and its `metadata`'s, and hands every other value to the type untouched.
