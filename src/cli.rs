@@ -17,6 +17,7 @@ use crate::duration::parse_duration_arg;
 use crate::install::entry_policy::EntryPolicy;
 use crate::operator::flags::OperatorFlags;
 use crate::server::limits::LimitFlags;
+use crate::server::shutdown::ShutdownFlags;
 use crate::telemetry::LogFormat;
 
 #[derive(Parser, Debug)]
@@ -221,6 +222,8 @@ pub struct ServeArgs {
     pub operator: OperatorFlags,
     #[command(flatten)]
     pub limits: LimitFlags,
+    #[command(flatten)]
+    pub shutdown: ShutdownFlags,
     /// Where the plain-HTTP operations port listens (`/metrics`, `/healthz`, `/readyz`, and
     /// `/debug/...` when enabled); `0` turns it off.
     #[arg(

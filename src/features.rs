@@ -4,128 +4,49 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// Every gate koord-webhook knows. The order is the order `--help` and `status` print them in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Gate {
-    PodMutatingWebhook,
-    PodValidatingWebhook,
-    ElasticMutatingWebhook,
-    ElasticValidatingWebhook,
-    NodeMutatingWebhook,
-    NodeValidatingWebhook,
-    ConfigMapValidatingWebhook,
-    ReservationMutatingWebhook,
-    ColocationProfileSkipMutatingResources,
-    ColocationProfileSkipValidatingPriority,
-    MultiQuotaTree,
-    DisableExtendedResourceSpec,
-    DisableDeviceResourceSpec,
-    ValidatePodDeviceResource,
-    EnableQuotaAdmission,
-    EnableQuotaAdmissionOnUpdate,
-    ElasticQuotaEvaluationTransformPod,
-    ReplaceResourcesTransformer,
-    DisableDefaultQuota,
-    SupportParentQuotaSubmitPod,
-    ElasticQuotaEnableUpdateResourceKey,
-    ElasticQuotaGuaranteeUsage,
-    EnablePodEnhancedValidator,
-    AmplifyNodeCapacity,
-    ReservationAffinityValidation,
+/// Defines [`Gate`] and its table from one list: each gate's name as users write it is the
+/// variant's, so the two cannot drift apart.
+macro_rules! gates {
+    ($($gate:ident = $default:literal,)*) => {
+        /// Every gate koord-webhook knows. The order is the order `--help` and `status` print them in.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Gate {
+            $($gate,)*
+        }
+
+        /// (gate, name, default), in the enum's order: a gate's discriminant is its row.
+        const TABLE: &[(Gate, &str, bool)] = &[$((Gate::$gate, stringify!($gate), $default),)*];
+    };
 }
 
-/// (gate, name, default). One line per gate keeps the table reviewable against the spec.
-const TABLE: &[(Gate, &str, bool)] = &[
-    (Gate::PodMutatingWebhook, "PodMutatingWebhook", true),
-    (Gate::PodValidatingWebhook, "PodValidatingWebhook", true),
-    (Gate::ElasticMutatingWebhook, "ElasticMutatingWebhook", true),
-    (
-        Gate::ElasticValidatingWebhook,
-        "ElasticValidatingWebhook",
-        true,
-    ),
-    (Gate::NodeMutatingWebhook, "NodeMutatingWebhook", true),
-    (Gate::NodeValidatingWebhook, "NodeValidatingWebhook", true),
-    (
-        Gate::ConfigMapValidatingWebhook,
-        "ConfigMapValidatingWebhook",
-        true,
-    ),
-    (
-        Gate::ReservationMutatingWebhook,
-        "ReservationMutatingWebhook",
-        true,
-    ),
-    (
-        Gate::ColocationProfileSkipMutatingResources,
-        "ColocationProfileSkipMutatingResources",
-        false,
-    ),
-    (
-        Gate::ColocationProfileSkipValidatingPriority,
-        "ColocationProfileSkipValidatingPriority",
-        false,
-    ),
-    (Gate::MultiQuotaTree, "MultiQuotaTree", false),
-    (
-        Gate::DisableExtendedResourceSpec,
-        "DisableExtendedResourceSpec",
-        false,
-    ),
-    (
-        Gate::DisableDeviceResourceSpec,
-        "DisableDeviceResourceSpec",
-        false,
-    ),
-    (
-        Gate::ValidatePodDeviceResource,
-        "ValidatePodDeviceResource",
-        false,
-    ),
-    (Gate::EnableQuotaAdmission, "EnableQuotaAdmission", false),
-    (
-        Gate::EnableQuotaAdmissionOnUpdate,
-        "EnableQuotaAdmissionOnUpdate",
-        false,
-    ),
-    (
-        Gate::ElasticQuotaEvaluationTransformPod,
-        "ElasticQuotaEvaluationTransformPod",
-        false,
-    ),
-    (
-        Gate::ReplaceResourcesTransformer,
-        "ReplaceResourcesTransformer",
-        false,
-    ),
-    (Gate::DisableDefaultQuota, "DisableDefaultQuota", false),
-    (
-        Gate::SupportParentQuotaSubmitPod,
-        "SupportParentQuotaSubmitPod",
-        false,
-    ),
-    (
-        Gate::ElasticQuotaEnableUpdateResourceKey,
-        "ElasticQuotaEnableUpdateResourceKey",
-        false,
-    ),
-    (
-        Gate::ElasticQuotaGuaranteeUsage,
-        "ElasticQuotaGuaranteeUsage",
-        false,
-    ),
-    (
-        Gate::EnablePodEnhancedValidator,
-        "EnablePodEnhancedValidator",
-        false,
-    ),
-    (Gate::AmplifyNodeCapacity, "AmplifyNodeCapacity", true),
-    (
-        Gate::ReservationAffinityValidation,
-        "ReservationAffinityValidation",
-        false,
-    ),
-];
+// One line per gate, with its default, reviewable against the spec (docs/admission.md).
+gates! {
+    PodMutatingWebhook = true,
+    PodValidatingWebhook = true,
+    ElasticMutatingWebhook = true,
+    ElasticValidatingWebhook = true,
+    NodeMutatingWebhook = true,
+    NodeValidatingWebhook = true,
+    ConfigMapValidatingWebhook = true,
+    ReservationMutatingWebhook = true,
+    ColocationProfileSkipMutatingResources = false,
+    ColocationProfileSkipValidatingPriority = false,
+    MultiQuotaTree = false,
+    DisableExtendedResourceSpec = false,
+    DisableDeviceResourceSpec = false,
+    ValidatePodDeviceResource = false,
+    EnableQuotaAdmission = false,
+    EnableQuotaAdmissionOnUpdate = false,
+    ElasticQuotaEvaluationTransformPod = false,
+    ReplaceResourcesTransformer = false,
+    DisableDefaultQuota = false,
+    SupportParentQuotaSubmitPod = false,
+    ElasticQuotaEnableUpdateResourceKey = false,
+    ElasticQuotaGuaranteeUsage = false,
+    EnablePodEnhancedValidator = false,
+    AmplifyNodeCapacity = true,
+    ReservationAffinityValidation = false,
+}
 
 impl Gate {
     pub fn all() -> impl Iterator<Item = Gate> {
@@ -245,9 +166,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_is_indexed_by_discriminant() {
-        for (i, (gate, _, _)) in TABLE.iter().enumerate() {
-            assert_eq!(*gate as usize, i, "{gate:?} is out of place in TABLE");
+    fn every_gate_is_named_as_its_variant() {
+        for (i, gate) in Gate::all().enumerate() {
+            assert_eq!(gate as usize, i);
+            assert_eq!(gate.name(), format!("{gate:?}"));
         }
     }
 

@@ -33,16 +33,7 @@ fn main() -> ExitCode {
         return fail(e);
     }
     match cli.command {
-        Command::Serve(args) => {
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => return fail(format!("cannot start runtime: {e}")),
-            };
-            match runtime.block_on(cmd::serve::run(args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(format!("{e:#}")),
-            }
-        }
+        Command::Serve(args) => on_runtime(cmd::serve::run(args), done),
         Command::Review(args) => match cmd::review::run(&args) {
             Ok(response) => {
                 let mut stdout = std::io::stdout().lock();
@@ -73,13 +64,9 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(format!("cannot render CRDs: {e}")),
         },
-        Command::Status(args) => report(cmd::status::run(&args)),
-        Command::Audit(args) => report(cmd::audit::run(&args)),
+        Command::Status(args) => on_runtime(cmd::status::run(&args), report),
+        Command::Audit(args) => on_runtime(cmd::audit::run(&args), report),
         Command::Uninstall(args) => {
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => return fail(format!("cannot start runtime: {e}")),
-            };
             let options = cmd::uninstall::Options {
                 cluster: args.cluster,
                 delete_crds: args.delete_crds,
@@ -87,10 +74,7 @@ fn main() -> ExitCode {
                 delete_namespace: args.delete_namespace,
                 timeout: args.timeout,
             };
-            match runtime.block_on(cmd::uninstall::run(&options)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(format!("{e:#}")),
-            }
+            on_runtime(cmd::uninstall::run(&options), done)
         }
         Command::Manifests(args) => match cmd::manifests::render(&args) {
             Ok(yaml) => {
@@ -108,14 +92,29 @@ fn fail(message: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Runs a command that prints a report: exit 0 when it says all is well, 1 when not, 2 when the
+/// The one place a command's runtime is made: runs `command` to its end, and `exit` on its result.
+fn on_runtime<T>(
+    command: impl std::future::Future<Output = T>,
+    exit: impl FnOnce(T) -> ExitCode,
+) -> ExitCode {
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => exit(runtime.block_on(command)),
+        Err(e) => fail(format!("cannot start runtime: {e}")),
+    }
+}
+
+/// Exit 0, or 1 with the error.
+fn done(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(format!("{e:#}")),
+    }
+}
+
+/// A command that prints a report: exit 0 when it says all is well, 1 when not, 2 when the
 /// cluster could not be read.
-fn report(run: impl std::future::Future<Output = anyhow::Result<(String, bool)>>) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => return fail(format!("cannot start runtime: {e}")),
-    };
-    match runtime.block_on(run) {
+fn report(result: anyhow::Result<(String, bool)>) -> ExitCode {
+    match result {
         Ok((text, fine)) => {
             print!("{text}");
             if fine {

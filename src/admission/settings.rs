@@ -132,15 +132,15 @@ pub struct RuleFlags {
     /// Name of that ConfigMap.
     #[arg(long, env = "KOORD_WEBHOOK_POD_ENHANCED_VALIDATOR_CONFIG_NAME", default_value = DEFAULT_ENHANCED_VALIDATOR_CONFIG)]
     pub pod_enhanced_validator_config_name: String,
-    /// `RULE=ACTIONS`: what a rule's finding does instead of being enforced, to try it first.
-    /// A validating rule: Deny, Warn, Audit, Warn+Audit or Deny+Audit; a mutating rule: Apply or
-    /// Audit (e.g. `ColocationQoSPriority=Warn+Audit`). Repeatable, the last naming a rule wins.
-    /// The rules: docs/admission.md.
     /// How long a pod quota evaluation admitted may take to be stored: its charge stays in the
     /// quota's child-request that long even before the pod is in the cache; the leader's recount
     /// drops it after (and recounts every half of it).
     #[arg(long, env = "KOORD_WEBHOOK_CHILD_REQUEST_RECOUNT_QUIET", default_value = "60s", value_parser = parse_duration_arg)]
     pub child_request_recount_quiet: std::time::Duration,
+    /// `RULE=ACTIONS`: what a rule's finding does instead of being enforced, to try it first.
+    /// A validating rule: Deny, Warn, Audit, Warn+Audit or Deny+Audit; a mutating rule: Apply or
+    /// Audit (e.g. `ColocationQoSPriority=Warn+Audit`). Repeatable, the last naming a rule wins.
+    /// The rules: docs/admission.md.
     #[arg(long = "rule-action", env = "KOORD_WEBHOOK_RULE_ACTIONS", value_delimiter = ',',
           value_name = "RULE=ACTIONS", value_parser = parse_rule_action)]
     pub rule_actions: Vec<(&'static str, Action)>,

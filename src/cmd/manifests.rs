@@ -4,10 +4,11 @@ use anyhow::Context;
 
 use clap::{CommandFactory, Parser};
 
-use crate::cli::{Cli, ManifestArgs};
+use crate::cli::{Cli, Command, ManifestArgs};
 use crate::features::FeatureGates;
 use crate::install::serve_flags::ServeFlags;
 use crate::install::{self, ClientCaMount, ClientCaObject, InstallOptions, WebhookTarget};
+use crate::server::shutdown;
 
 /// The table of `serve` flags an install may set (`--serve-flag`, the chart's `serve:`).
 pub fn serve_flags() -> ServeFlags {
@@ -21,8 +22,9 @@ pub fn serve_flags() -> ServeFlags {
 }
 
 /// `--serve-flag`s as `serve` arguments, each checked against the table and all of them parsed as
-/// `serve` parses them, so a bad value is refused here rather than by a crash-looping replica.
-fn serve_args(flags: &[String]) -> anyhow::Result<Vec<String>> {
+/// `serve` parses them, so a bad value is refused here rather than by a crash-looping replica; with
+/// the Pod's grace period for the drain they ask for.
+fn serve_args(flags: &[String]) -> anyhow::Result<(Vec<String>, i64)> {
     let table = serve_flags();
     let mut args = Vec::new();
     for flag in flags {
@@ -32,8 +34,10 @@ fn serve_args(flags: &[String]) -> anyhow::Result<Vec<String>> {
         .into_iter()
         .map(str::to_owned)
         .chain(args.iter().cloned());
-    Cli::try_parse_from(argv).context("--serve-flag")?;
-    Ok(args)
+    let Command::Serve(serve) = Cli::try_parse_from(argv).context("--serve-flag")?.command else {
+        unreachable!("parsed as the serve subcommand");
+    };
+    Ok((args, shutdown::grace_period(serve.shutdown.drain_delay)))
 }
 
 pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
@@ -65,9 +69,11 @@ pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
         (None, Some(name)) => Some(ClientCaObject::Secret(name.clone())),
         (None, None) => None,
     };
+    let (serve_args, termination_grace_period_seconds) = serve_args(&args.serve_flags)?;
     Ok(install::render(&InstallOptions {
         image: args.image.clone(),
-        serve_args: serve_args(&args.serve_flags)?,
+        serve_args,
+        termination_grace_period_seconds,
         gates,
         target,
         client_ca: object.map(|object| ClientCaMount {

@@ -5,8 +5,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::dev::ServerHandle;
 use anyhow::Context;
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Recorder;
@@ -29,6 +31,7 @@ use crate::operator::flags::OperatorFlags;
 use crate::operator::leader::LeaseTimings;
 use crate::operator::webhook_keeper::Desired;
 use crate::operator::{self, OperatorConfig, serving_hosts};
+use crate::server::shutdown::Stopping;
 use crate::server::{self, Shared};
 use crate::state::State;
 use crate::tls::CertResolver;
@@ -177,20 +180,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         operator.as_ref().map(|(client, _)| client),
         &identity,
     );
-    let client_ca = match &args.client_ca_file {
-        Some(path) => {
-            let pem = std::fs::read(path)
-                .with_context(|| format!("--client-ca-file {}", path.display()))?;
-            let ca = Arc::new(
-                crate::tls::ClientCa::from_pem(&pem)
-                    .with_context(|| format!("--client-ca-file {}", path.display()))?,
-            );
-            // Re-read like the serving pair: a rotated CA is trusted without a restart.
-            tokio::spawn(ca.clone().watch(path.clone(), args.tls_reload_interval));
-            Some(ca)
-        }
-        None => None,
-    };
+    let client_ca = client_ca(&args)?;
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
@@ -217,35 +207,114 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, gates = %gates.overrides(), "admission server listening");
     let server = server::build(listener, shared.clone())?;
     if let Some(files) = pair_files {
-        let counted = state.clone();
-        tokio::spawn(files.watch(
-            state.resolver.clone(),
-            args.tls_reload_interval,
-            move || {
-                counted
-                    .metrics
-                    .operator
-                    .cert_rotations
-                    .get_or_create(&CertLabels {
-                        certificate: "serving",
-                    })
-                    .inc();
-            },
+        watch_serving_pair(files, &state, args.tls_reload_interval);
+    }
+    let admission_handle = server.handle();
+    let serving = tokio::spawn(server);
+    let (ops, mut tasks) = start_side_ports(&args, &shared).await?;
+
+    let stop_operator = operator.map(|(client, writer)| {
+        let (stop, task) = start_operator(&args, gates, client, writer, &state);
+        tasks.push(task);
+        stop
+    });
+
+    tokio::select! {
+        _ = terminated() => {}
+        result = serving => {
+            return result.context("server task failed")?.context("server stopped with an error");
+        }
+    }
+    let stopping = Stopping {
+        state,
+        operator: stop_operator,
+        admission: admission_handle,
+        ops,
+        tasks,
+    };
+    stopping.run(&args.shutdown).await;
+    Ok(())
+}
+
+/// The operator (cluster mode), and the memory guard when the replica knows its limit: the
+/// operator's stop signal and task.
+fn start_operator(
+    args: &ServeArgs,
+    gates: FeatureGates,
+    client: kube::Client,
+    writer: CacheWriter,
+    state: &Arc<State>,
+) -> (watch::Sender<bool>, AbortHandle) {
+    let (stop, stopped) = watch::channel(false);
+    let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
+    tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
+    if let Some(limit) = args.limits.memory_limit {
+        let recorder = Recorder::new(client.clone(), operator::reporter(&config.identity));
+        let pod = own_pod(&config.identity);
+        tokio::spawn(operator::memory_guard::run(
+            limit,
+            state.clone(),
+            recorder,
+            pod,
         ));
     }
-    let handle = server.handle();
-    let serving = tokio::spawn(server);
-    let probes = match args.health_bind_address.as_str() {
-        "0" | "" => None,
-        address => {
-            let listener = tokio::net::TcpListener::bind(address)
-                .await
-                .with_context(|| format!("--health-bind-address {address}: cannot listen"))?;
-            tracing::info!(address, "probe port listening");
-            Some(tokio::spawn(server::probes::serve(listener, state.clone())))
-        }
+    let task = tokio::spawn(operator::run(
+        client,
+        config,
+        state.clone(),
+        writer,
+        stopped,
+    ));
+    (stop, task.abort_handle())
+}
+
+/// `--client-ca-file`, re-read like the serving pair: a rotated CA is trusted without a restart.
+fn client_ca(args: &ServeArgs) -> anyhow::Result<Option<Arc<crate::tls::ClientCa>>> {
+    let Some(path) = &args.client_ca_file else {
+        return Ok(None);
     };
-    let ops_handle = match args.metrics_bind_address.as_str() {
+    let pem =
+        std::fs::read(path).with_context(|| format!("--client-ca-file {}", path.display()))?;
+    let ca = Arc::new(
+        crate::tls::ClientCa::from_pem(&pem)
+            .with_context(|| format!("--client-ca-file {}", path.display()))?,
+    );
+    tokio::spawn(ca.clone().watch(path.clone(), args.tls_reload_interval));
+    Ok(Some(ca))
+}
+
+/// Re-reads the serving pair's files, counting each rotation.
+fn watch_serving_pair(files: PairFiles, state: &Arc<State>, interval: Duration) {
+    let counted = state.clone();
+    tokio::spawn(files.watch(state.resolver.clone(), interval, move || {
+        counted
+            .metrics
+            .operator
+            .cert_rotations
+            .get_or_create(&CertLabels {
+                certificate: "serving",
+            })
+            .inc();
+    }));
+}
+
+/// The probe port and the operations port, each unless its address is `0` or empty: the
+/// operations server's handle and the probe task, for the shutdown.
+async fn start_side_ports(
+    args: &ServeArgs,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<(Option<ServerHandle>, Vec<AbortHandle>)> {
+    let mut tasks = Vec::new();
+    if !matches!(args.health_bind_address.as_str(), "0" | "") {
+        let address = args.health_bind_address.as_str();
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("--health-bind-address {address}: cannot listen"))?;
+        tracing::info!(address, "probe port listening");
+        let probes = tokio::spawn(server::probes::serve(listener, shared.state.clone()));
+        tasks.push(probes.abort_handle());
+    }
+    let ops = match args.metrics_bind_address.as_str() {
         "0" | "" => None,
         address => {
             let listener = TcpListener::bind(address)
@@ -261,59 +330,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(handle)
         }
     };
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let operator_task = operator.map(|(client, writer)| {
-        let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
-        tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
-        if let Some(limit) = args.limits.memory_limit {
-            let recorder = Recorder::new(client.clone(), operator::reporter(&config.identity));
-            let pod = own_pod(&config.identity);
-            tokio::spawn(operator::memory_guard::run(
-                limit,
-                state.clone(),
-                recorder,
-                pod,
-            ));
-        }
-        tokio::spawn(operator::run(
-            client,
-            config,
-            state.clone(),
-            writer,
-            stop_rx.clone(),
-        ))
-    });
-
-    tokio::select! {
-        _ = terminated() => {}
-        result = serving => {
-            return result.context("server task failed")?.context("server stopped with an error");
-        }
-    }
-    // The API server may still route to this replica for a moment: keep answering, each answer
-    // closing its connection (`server/drain.rs`), then stop.
-    state.draining.start();
-    if operator_task.is_some() {
-        tracing::info!(delay = ?args.operator.drain_delay, "terminating: draining");
-        state.readiness.set_not_ready("shutdown", "terminating");
-        tokio::time::sleep(args.operator.drain_delay).await;
-    }
-    let _ = stop_tx.send(true);
-    // Gives the election its moment to release the Lease before the runtime goes away.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    handle.stop(true).await;
-    if let Some(ops) = ops_handle {
-        ops.stop(true).await;
-    }
-    if let Some(task) = probes {
-        task.abort();
-    }
-    if let Some(task) = operator_task {
-        task.abort();
-    }
-    tracing::info!("stopped");
-    Ok(())
+    Ok((ops, tasks))
 }
 
 fn load_serving_pair(

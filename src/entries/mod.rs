@@ -324,10 +324,16 @@ pub const ENDPOINTS: &[EndpointSpec] = &[
 
 // Every endpoint has its row, in order: a missing or extra row fails the build.
 const _: () = {
-    assert!(ENDPOINTS.len() == EndpointName::ALL.len());
+    assert!(
+        ENDPOINTS.len() == EndpointName::ALL.len(),
+        "ENDPOINTS needs one row per EndpointName variant"
+    );
     let mut i = 0;
     while i < ENDPOINTS.len() {
-        assert!(ENDPOINTS[i].endpoint as usize == EndpointName::ALL[i] as usize);
+        assert!(
+            ENDPOINTS[i].endpoint as usize == EndpointName::ALL[i] as usize,
+            "ENDPOINTS' rows are in the order of EndpointName's variants"
+        );
         i += 1;
     }
 };

@@ -81,6 +81,59 @@ fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
 }
 
 pub fn deployment(options: &InstallOptions) -> Deployment {
+    let client_ca_volume = client_ca_volume(options);
+    let container = container(options, client_ca_volume.as_ref());
+    Deployment {
+        metadata: meta(APP_NAME),
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels()),
+                match_expressions: None,
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_owned()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(app_labels()),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(APP_NAME.to_owned()),
+                    containers: vec![container],
+                    // Non-root by the image's numeric USER (65532) and runAsNonRoot, with no fixed
+                    // UID or GID: OpenShift's restricted SCC assigns its own.
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    // Longer than the drain, the Lease's release and requests in flight.
+                    termination_grace_period_seconds: Some(
+                        options.termination_grace_period_seconds,
+                    ),
+                    priority_class_name: Some(CRITICAL_PRIORITY_CLASS.to_owned()),
+                    affinity: Some(spread_over_nodes()),
+                    volumes: client_ca_volume.map(|v| vec![v]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// `serve`'s arguments: the port, the gates and entry policy, the client CA, then `--serve-flag`s.
+fn args(options: &InstallOptions) -> Vec<String> {
     let mut args = vec!["serve".to_owned(), format!("--port={PORT}")];
     let overrides = options.gates.overrides();
     if !overrides.is_empty() {
@@ -91,8 +144,13 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
         args.push(format!("--client-ca-file={}", ca.file()));
     }
     args.extend(options.serve_args.iter().cloned());
-    // Mounted whole (no subPath), so the kubelet's updates reach the file and the replica re-reads it.
-    let client_ca_volume = options.client_ca.as_ref().map(|ca| {
+    args
+}
+
+/// The client CA's volume, when callers are authenticated. Mounted whole (no subPath), so the
+/// kubelet's updates reach the file and the replica re-reads it.
+fn client_ca_volume(options: &InstallOptions) -> Option<Volume> {
+    options.client_ca.as_ref().map(|ca| {
         let items = Some(vec![KeyToPath {
             key: ca.key.clone(),
             path: ca.key.clone(),
@@ -118,12 +176,16 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
             },
             ..Default::default()
         }
-    });
-    let container = Container {
+    })
+}
+
+/// The one container: ports, environment, probes, resources, a locked-down security context.
+fn container(options: &InstallOptions, client_ca_volume: Option<&Volume>) -> Container {
+    Container {
         name: APP_NAME.to_owned(),
         image: Some(options.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        args: Some(args),
+        args: Some(args(options)),
         ports: Some(vec![
             ContainerPort {
                 name: Some("https".to_owned()),
@@ -188,7 +250,7 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
             }),
             ..Default::default()
         }),
-        volume_mounts: client_ca_volume.as_ref().map(|v| {
+        volume_mounts: client_ca_volume.map(|v| {
             vec![VolumeMount {
                 name: v.name.clone(),
                 mount_path: ClientCaMount::DIR.to_owned(),
@@ -197,51 +259,6 @@ pub fn deployment(options: &InstallOptions) -> Deployment {
             }]
         }),
         ..Default::default()
-    };
-    Deployment {
-        metadata: meta(APP_NAME),
-        spec: Some(DeploymentSpec {
-            replicas: Some(2),
-            selector: LabelSelector {
-                match_labels: Some(selector_labels()),
-                match_expressions: None,
-            },
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".to_owned()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_unavailable: Some(IntOrString::Int(0)),
-                    max_surge: Some(IntOrString::Int(1)),
-                }),
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(app_labels()),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(APP_NAME.to_owned()),
-                    containers: vec![container],
-                    // Non-root by the image's numeric USER (65532) and runAsNonRoot, with no fixed
-                    // UID or GID: OpenShift's restricted SCC assigns its own.
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            localhost_profile: None,
-                        }),
-                        ..Default::default()
-                    }),
-                    // Longer than the drain delay plus in-flight requests.
-                    termination_grace_period_seconds: Some(30),
-                    priority_class_name: Some(CRITICAL_PRIORITY_CLASS.to_owned()),
-                    affinity: Some(spread_over_nodes()),
-                    volumes: client_ca_volume.map(|v| vec![v]),
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
-        status: None,
     }
 }
 

@@ -20,6 +20,9 @@ pub struct InstallOptions {
     pub target: WebhookTarget,
     /// Where the CA bundle of caller authentication comes from (`--client-ca-file`), if any.
     pub client_ca: Option<ClientCaMount>,
+    /// The Pod's terminationGracePeriodSeconds: derived from the drain the replicas are given
+    /// (`server::shutdown::grace_period`).
+    pub termination_grace_period_seconds: i64,
 }
 
 /// The object holding the client CA bundle, in koord-webhook's namespace.

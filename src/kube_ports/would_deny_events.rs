@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use tokio::sync::mpsc;
 
 use crate::admission::ports::{FindingSink, WouldDeny};
+use crate::kube_events::{self, Note};
 
 /// Reports queued at most before the publisher catches up.
 const QUEUED: usize = 256;
@@ -59,16 +60,13 @@ async fn publish(
             _ = tick.tick() => folding.flush(),
         };
         for note in notes {
-            let event = Event {
+            let note = Note {
                 type_: EventType::Warning,
-                reason: "WouldDeny".into(),
-                note: Some(note),
-                action: "Admit".into(),
-                secondary: None,
+                reason: "WouldDeny",
+                action: "Admit",
+                note,
             };
-            if let Err(e) = recorder.publish(&event, &pod).await {
-                tracing::debug!(error = %e, "could not record a WouldDeny event");
-            }
+            kube_events::record(&recorder, &pod, note).await;
         }
     }
 }

@@ -73,10 +73,6 @@ pub struct OperatorFlags {
     /// (longer than an admitted change takes to be stored and watched).
     #[arg(long, env = "KOORD_WEBHOOK_NARROW_HOLD", default_value = "120s", value_parser = parse_duration_arg)]
     pub narrow_hold: Duration,
-    /// On SIGTERM, keep serving this long before closing the listener: the API server routes by
-    /// EndpointSlices, which on a busy control plane follow a Pod's deletion by several seconds.
-    #[arg(long, env = "KOORD_WEBHOOK_DRAIN_DELAY", default_value = "10s", value_parser = parse_duration_arg)]
-    pub drain_delay: Duration,
 }
 
 fn parse_fraction(text: &str) -> Result<f64, String> {

@@ -12,8 +12,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 
+use crate::kube_events::{self, Note};
 use crate::state::State;
 
 /// Unready above this share of the limit...
@@ -106,16 +107,13 @@ pub async fn run(
                 (EventType::Normal, "MemoryBelowLimit", note)
             }
         };
-        let event = Event {
+        let note = Note {
             type_: kind,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: "CheckMemory".to_owned(),
-            secondary: None,
+            reason,
+            action: "CheckMemory",
+            note,
         };
-        if let Err(e) = recorder.publish(&event, &pod).await {
-            tracing::warn!(error = %e, "cannot record the memory Event");
-        }
+        kube_events::record(&recorder, &pod, note).await;
     }
 }
 

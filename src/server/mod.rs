@@ -9,6 +9,7 @@ pub mod ops;
 pub mod per_address;
 pub mod probes;
 mod shared;
+pub mod shutdown;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -122,8 +123,8 @@ pub fn build(
         .workers(workers)
         // Per worker in actix.
         .max_concurrent_connections(limits.max_connections.div_ceil(workers))
-        .shutdown_timeout(10)
-        // `serve` handles SIGTERM itself: drain first, then stop.
+        .shutdown_timeout(shutdown::IN_FLIGHT_TIMEOUT.as_secs())
+        // `serve` handles SIGTERM itself (`shutdown.rs`): drain first, then stop.
         .disable_signals()
         .listen("koord-webhook-admission", listener, move || {
             let held = held.clone();

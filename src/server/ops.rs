@@ -68,6 +68,7 @@ pub fn build(
     // A request head within 5 s, and a connection idle 5 s between requests is closed.
     .client_request_timeout(Duration::from_secs(5))
     .keep_alive(Duration::from_secs(5))
+    .shutdown_timeout(super::shutdown::IN_FLIGHT_TIMEOUT.as_secs())
     .disable_signals()
     .listen(listener)?
     .run())

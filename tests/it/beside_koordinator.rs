@@ -31,8 +31,6 @@ const ALL_BUT_THE_SERVICE: &str = "app.kubernetes.io/component!=webhook-service"
 /// host). Every other failure fails the test.
 const ONE_SHUTDOWN: Duration = Duration::from_secs(1);
 const CONNECTIONS_HELD: usize = 25;
-/// koord-webhook's `--drain-delay` (its default): a replica answers this long after SIGTERM.
-const DRAIN_DELAY: Duration = Duration::from_secs(10);
 const CLOSED_UNDER_THE_API_SERVER: &[&str] = &["EOF", "broken pipe", "connection reset"];
 /// Seen once in seven ways back, while the Service moved back to koord-manager (not yet explained:
 /// docs/migration.md); allowed in that step only, from one instant as above, and counted.
@@ -740,7 +738,8 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
         pod.spec.as_mut().unwrap().scheduler_name = Some("koord-scheduler".to_owned());
         pod
     };
-    // Replicas of the old gates answer for --drain-delay (10 s) after the rollout completes, but
+    // Replicas of the old gates answer for --drain-delay (its default, as installed) after the
+    // rollout completes, but
     // each answer closes its connection (`server/drain.rs`), so the API server moves to the new
     // replicas at once: the new rule holds in every answer from then on (README, "Configure").
     // Every answer: ten refusals in a row.
@@ -748,6 +747,7 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
         dry_run: true,
         ..Default::default()
     };
+    let drain_delay = koord_webhook::server::shutdown::default_drain_delay();
     let since = Instant::now();
     let (mut in_a_row, mut first) = (0, None);
     while in_a_row < 10 {
@@ -767,7 +767,7 @@ async fn reservation_scheduled_and_claimed(node: &Node, client: &kube::Client) {
             }
             Ok(_) => {
                 assert!(
-                    since.elapsed() < DRAIN_DELAY + Duration::from_secs(5),
+                    since.elapsed() < drain_delay + Duration::from_secs(5),
                     "a pod naming a missing Reservation is refused once the old replicas have drained"
                 );
                 (in_a_row, first) = (0, None);

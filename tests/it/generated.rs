@@ -2,6 +2,7 @@
 //! a stale copy fails here, and so does a chart that renders other objects than the binary.
 
 use std::path::Path;
+use std::time::Duration;
 
 fn assert_current(relative: &str, rendered: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
@@ -256,15 +257,23 @@ fn serve_flags_are_values_of_the_chart_and_flags_of_manifests() {
             "serve.lease-duration=30s",
             "serve.max-request-bytes=8388608",
             "serve.enable-debug-endpoints=true",
+            "serve.drain-delay=25s",
         ],
     );
     let binary = manifests(&[
+        "--serve-flag=drain-delay=25s",
         "--serve-flag=enable-debug-endpoints=true",
         "--serve-flag=lease-duration=30s",
         "--serve-flag=max-amplification-ratio=3",
         "--serve-flag=max-request-bytes=8388608",
     ]);
     assert!(chart.contains("--max-request-bytes=8388608"), "{chart}");
+    // The grace period follows the drain (src/server/shutdown.rs), in both.
+    let grace = koord_webhook::server::shutdown::grace_period(Duration::from_secs(25));
+    assert!(
+        chart.contains(&format!("terminationGracePeriodSeconds: {grace}")),
+        "{chart}"
+    );
     assert_same_objects(&chart, &binary, "serve flags");
 
     let extra = helm_template(
@@ -470,6 +479,10 @@ fn the_chart_refuses_bad_values() {
         (
             "serve.enable-debug-endpoints=yes",
             "is a switch: true or false",
+        ),
+        (
+            "serve.drain-delay=1500ms",
+            "serve.drain-delay: 1500ms: give whole seconds, minutes or hours",
         ),
     ] {
         let out = std::process::Command::new(helm())

@@ -31,11 +31,32 @@ fn kubectl_err(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String 
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// What every step reaches: the control plane, a client, the replica's admission address.
+struct Env<'a> {
+    cp: &'a ControlPlane,
+    client: kube::Client,
+    addr: std::net::SocketAddr,
+    dir: &'a std::path::Path,
+}
+
+/// Runs one step; a failure names it.
+async fn step(name: &str, run: impl std::future::Future<Output = ()>) {
+    use futures::FutureExt;
+    eprintln!("== step: {name}");
+    if let Err(panic) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        panic!("step {name:?} failed: {message}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_through_the_api_server_with_the_live_cache() {
     let cluster = Cluster::start().await;
-    let (cp, client) = (&cluster.cp, cluster.client.clone());
-    let mut operator = cluster.operator(
+    let operator = cluster.operator(
         "live",
         &[
             "--feature-gates",
@@ -47,14 +68,80 @@ async fn admission_through_the_api_server_with_the_live_cache() {
         ],
     );
     operator.wait_ready(Duration::from_secs(60)).await;
+    let env = Env {
+        cp: &cluster.cp,
+        client: cluster.client.clone(),
+        addr: operator.addr,
+        dir: cluster.dir.path(),
+    };
+    step(
+        "a profile applies",
+        a_profile_created_while_serving_applies(&env),
+    )
+    .await;
+    step(
+        "a quota tree",
+        a_quota_tree_is_defaulted_validated_and_protected(&env),
+    )
+    .await;
+    step("node amplification", node_status_is_amplified(&env)).await;
+    step("the SLO ConfigMap", an_invalid_slo_config_is_refused(&env)).await;
+    step(
+        "quota evaluation",
+        quota_evaluation_admits_exactly_what_fits(&env),
+    )
+    .await;
+    step("the recount", the_leader_recounts_child_request(&env)).await;
+    step("forged reviews", forged_reviews_do_not_hold_a_quota(&env)).await;
+    step(
+        "a forged quota",
+        a_forged_quota_create_holds_only_its_tree(&env),
+    )
+    .await;
+    step(
+        "an API-server restart",
+        admission_follows_an_api_server_restart(&env),
+    )
+    .await;
+    step("status", status_reports_for_operators(&env)).await;
+    step(
+        "SIGTERM",
+        sigterm_drains_and_releases_the_lease(&env, operator),
+    )
+    .await;
+}
 
+/// The pods and the quota of the evaluation steps (namespace `eval`).
+fn eval_pods(client: &kube::Client) -> Api<Pod> {
+    Api::namespaced(client.clone(), "eval")
+}
+
+/// `q-eval`'s `child-request`, as the leader and evaluation write it.
+async fn child_request(client: &kube::Client) -> Option<String> {
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "eval");
+    quotas
+        .get("q-eval")
+        .await
+        .ok()?
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("quota.scheduling.koordinator.sh/child-request")
+        .cloned()
+}
+
+async fn a_profile_created_while_serving_applies(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
     // A profile created while serve runs applies within a second.
     apply(
         cp,
         &std::fs::read_to_string(support::fixture("colocation/spark.yaml")).unwrap(),
     );
     colocation_and_qos_rules_apply(&client, Duration::from_secs(1)).await;
+}
 
+async fn a_quota_tree_is_defaulted_validated_and_protected(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
     // An ElasticQuota tree: defaulted, validated, protected from deletion.
     cp.kubectl_ok(&["create", "namespace", "team-a"], None);
     apply(
@@ -110,7 +197,10 @@ spec: {min: {cpu: "2", memory: 1Gi}, max: {cpu: "8", memory: 8Gi}}
         err.contains("delete quota failed, quota parent-a has 1 child quotas"),
         "{err}"
     );
+}
 
+async fn node_status_is_amplified(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
     // Node status amplification on a status patch.
     apply(
         cp,
@@ -131,7 +221,10 @@ metadata:
     let status = node.status.unwrap();
     assert_eq!(status.allocatable.unwrap()["cpu"].0, "8");
     assert_eq!(status.capacity.unwrap()["cpu"].0, "9");
+}
 
+async fn an_invalid_slo_config_is_refused(env: &Env<'_>) {
+    let client = env.client.clone();
     // An invalid slo-controller-config is rejected.
     let bad = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system",
@@ -149,7 +242,10 @@ metadata:
         err.contains("CPUBurstPercent must be 1 or greater"),
         "{err}"
     );
+}
 
+async fn quota_evaluation_admits_exactly_what_fits(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
     // Quota evaluation: 100 concurrent pods against room for 10 admit exactly 10; a dry run writes nothing.
     cp.kubectl_ok(&["create", "namespace", "eval"], None);
     apply(
@@ -161,7 +257,7 @@ metadata: {name: q-eval, namespace: eval}
 spec: {max: {cpu: "10", memory: 100Gi}}
 "#,
     );
-    let eval_pods: Api<Pod> = Api::namespaced(client.clone(), "eval");
+    let eval_pods = eval_pods(&client);
     eventually(Duration::from_secs(2), "the quota in the cache", || async {
         let p = pod(
             "eval",
@@ -195,15 +291,7 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         .filter(|ok| *ok)
         .count();
     assert_eq!(admitted, 10);
-    let eval_quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "eval");
-    let annotation = |q: ElasticQuota| {
-        q.metadata
-            .annotations
-            .unwrap_or_default()
-            .get("quota.scheduling.koordinator.sh/child-request")
-            .cloned()
-    };
-    let before = annotation(eval_quotas.get("q-eval").await.unwrap());
+    let before = child_request(&client).await;
     assert!(
         before
             .as_deref()
@@ -222,11 +310,15 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         "full"
     );
     assert_eq!(
-        annotation(eval_quotas.get("q-eval").await.unwrap()),
+        child_request(&client).await,
         before,
         "a dry run writes nothing"
     );
+}
 
+async fn the_leader_recounts_child_request(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
+    let eval_pods = eval_pods(&client);
     // The leader recounts child-request from the pods that exist: three deleted, and one admitted by
     // us but then refused by the API server's ResourceQuota (which runs after the webhooks), are
     // no longer counted once evaluation has been quiet for 2 s.
@@ -287,7 +379,7 @@ spec: {max: {cpu: "10", memory: 100Gi}}
     // At least the refused pod stays counted until the recount. An attempt that passed evaluation
     // and was then refused by the API server for another reason counts too, so more than one may
     // (seen in local CI runs: 9 and 10; the message lists every attempt).
-    let leaked = annotation(eval_quotas.get("q-eval").await.unwrap()).unwrap_or_default();
+    let leaked = child_request(&client).await.unwrap_or_default();
     let leaked_cpu: u32 = serde_json::from_str::<serde_json::Value>(&leaked)
         .ok()
         .and_then(|v| v["cpu"].as_str().and_then(|c| c.parse().ok()))
@@ -301,13 +393,17 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         Duration::from_secs(20),
         "child-request recounted to the 7 pods that exist",
         || async {
-            let value = annotation(eval_quotas.get("q-eval").await.ok()?)?;
+            let value = child_request(&client).await?;
             value.contains("\"cpu\":\"7\"").then_some(value)
         },
     )
     .await;
     eprintln!("child-request after the recount: {recounted}");
+}
 
+async fn forged_reviews_do_not_hold_a_quota(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
+    let eval_pods = eval_pods(&client);
     // Forged reviews (no client CA in this test: anyone reaching the port can post one) do not hold
     // a quota for good. One of 2.5 cpu leaves no room for a real pod (7 + 2.5 of 10), and forged
     // reviews of 1m every half second follow (each fits, each is written); every admission counts
@@ -335,7 +431,7 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         .unwrap()
     };
     let forge = |body: Vec<u8>| {
-        let addr = operator.addr;
+        let addr = env.addr;
         async move {
             let mut conn = support::tls_client::connect(addr, support::tls_client::Proto::Http1)
                 .await
@@ -366,7 +462,7 @@ spec: {max: {cpu: "10", memory: 100Gi}}
     let forger = {
         let forging = forging.clone();
         let bodies: Vec<Vec<u8>> = (1..200).map(|i| forged(i, "1m")).collect();
-        let addr = operator.addr;
+        let addr = env.addr;
         tokio::spawn(async move {
             let mut sent = 0;
             for body in bodies {
@@ -398,7 +494,10 @@ spec: {max: {cpu: "10", memory: 100Gi}}
     forging.store(false, std::sync::atomic::Ordering::SeqCst);
     let sent = forger.await.unwrap();
     assert!(sent >= 2, "the forger kept going ({sent} sent)");
+}
 
+async fn a_forged_quota_create_holds_only_its_tree(env: &Env<'_>) {
+    let cp = env.cp;
     // A forged ElasticQuota CREATE is admitted into the ledger but never stored: it holds up the
     // changes of its own tree (parent-a's) until its pending timeout, and no other. Before, every
     // quota change in the cluster got 429 behind it.
@@ -408,7 +507,7 @@ spec: {max: {cpu: "10", memory: 100Gi}}
                      "labels": {"quota.scheduling.koordinator.sh/parent": "parent-a"}},
         "spec": {"min": {"cpu": "0", "memory": "0"}, "max": {"cpu": "1", "memory": "1Gi"}}
     });
-    support::review::forge_quota_create(operator.addr, "team-a", forged_quota).await;
+    support::review::forge_quota_create(env.addr, "team-a", forged_quota).await;
     let started = std::time::Instant::now();
     apply(
         cp,
@@ -433,12 +532,16 @@ spec: {max: {cpu: "10", memory: 100Gi}}
         None,
     );
     assert!(held.contains("still being admitted"), "{held}");
+}
 
+async fn admission_follows_an_api_server_restart(env: &Env<'_>) {
+    let (cp, client) = (env.cp, env.client.clone());
+    let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "team-a");
     // The API server restarted: watches resume, admission keeps working without a process restart.
     // Readiness keeps the last bundle it read: the restart makes no replica unready.
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let poller = {
-        let (addr, watching) = (operator.addr, watching.clone());
+        let (addr, watching) = (env.addr, watching.clone());
         tokio::spawn(async move {
             let mut answers = std::collections::BTreeMap::<u16, usize>::new();
             while watching.load(std::sync::atomic::Ordering::SeqCst) {
@@ -497,7 +600,10 @@ spec:
         .delete("child-a1", &DeleteParams::default())
         .await
         .unwrap();
+}
 
+async fn status_reports_for_operators(env: &Env<'_>) {
+    let cp = env.cp;
     // `status` for operators, as text and JSON.
     let run_status = |args: &[&str], kubeconfig: &std::path::Path| {
         std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
@@ -543,7 +649,12 @@ spec:
             .as_array()
             .unwrap()
             .len(),
-        4,
+        koord_webhook::entries::ENDPOINTS
+            .iter()
+            .filter(|e| matches!(e.kind, koord_webhook::entries::WebhookKind::Mutating))
+            .map(|e| e.entries.len())
+            .sum::<usize>()
+            - 1,
         "the mutating entries but mpod-update, which narrowing leaves out"
     );
     assert!(
@@ -604,7 +715,7 @@ spec:
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("expires within"));
     // Unreachable cluster: one line, non-zero exit.
-    let dead = cluster.dir.path().join("dead.kubeconfig");
+    let dead = env.dir.join("dead.kubeconfig");
     let cfg = std::fs::read_to_string(&cp.kubeconfig).unwrap();
     let port = cfg
         .lines()
@@ -640,7 +751,13 @@ spec:
         stderr.contains("elsewhere") && stderr.trim().lines().count() == 1,
         "{stderr}"
     );
+}
 
+async fn sigterm_drains_and_releases_the_lease(
+    env: &Env<'_>,
+    mut operator: support::operator::Operator,
+) {
+    let client = env.client.clone();
     // SIGTERM with requests in flight: the replica keeps serving through its drain delay, answers
     // what it has, releases the Lease and exits 0. A keep-alive HTTP/1.1 connection (how the API
     // server calls a Service) stays open before it and is closed after its next answer during the

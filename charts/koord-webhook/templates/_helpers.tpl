@@ -143,6 +143,19 @@ app.kubernetes.io/name: koord-webhook
 {{- end }}
 {{- end }}
 
+{{/* The Pod's terminationGracePeriodSeconds: the drain (`serve: {drain-delay: ...}`, 10s by default)
+     plus 20 s for the Lease's release, requests in flight and slack, as `koord-webhook manifests`
+     derives it (src/server/shutdown.rs). */}}
+{{- define "koord-webhook.terminationGracePeriod" -}}
+{{- $drain := toString (index .Values.serve "drain-delay" | default "10s") }}
+{{- $units := dict "s" 1 "m" 60 "h" 3600 }}
+{{- if not (regexMatch "^[0-9]+[smh]$" $drain) }}
+{{- fail (printf "serve.drain-delay: %s: give whole seconds, minutes or hours (25s, 2m)" $drain) }}
+{{- end }}
+{{- $unit := substr (int (sub (len $drain) 1)) (len $drain) $drain }}
+{{- add (mul (trimSuffix $unit $drain | atoi) (index $units $unit)) 20 }}
+{{- end }}
+
 {{/* The `serve:` values as flags, each checked against files/serve-flags.yaml (koord-webhook's own
      table of its flags: the same check as `koord-webhook manifests --serve-flag`). */}}
 {{- define "koord-webhook.serveFlags" -}}

@@ -180,7 +180,53 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
         .await
         .context("cannot reach the cluster")?;
     let leader = leader_of(lease, &mut problems);
-    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let certificates = certificates(client, checks, &mut problems).await?;
+    let (configurations, via_service) =
+        configurations(client, &certificates.trusted, &mut problems).await?;
+    let ready_endpoints = match via_service {
+        true => ready_endpoints(client, namespace).await?,
+        false => None,
+    };
+    if ready_endpoints == Some(0) {
+        problems.push(format!("the Service {SERVICE_NAME} has no ready endpoint"));
+    }
+    let objects = objects(client, namespace).await?;
+    let recent_events = recent_events(client, namespace).await?;
+    let (rules, rule_notes) = rules::collect(client, namespace).await;
+
+    Ok(Status {
+        healthy: problems.is_empty(),
+        problems,
+        namespace: namespace.to_owned(),
+        leader,
+        ca_not_after: certificates.ca_not_after,
+        serving_not_after: certificates.serving_not_after,
+        rotation_phase: certificates.rotation_phase,
+        ready_endpoints,
+        configurations,
+        objects,
+        recent_events,
+        rules,
+        rule_notes,
+    })
+}
+
+/// What the Secret `webhook-tls` holds, read for the report.
+struct Certificates {
+    /// The CA bundle the configurations should carry.
+    trusted: String,
+    ca_not_after: Option<String>,
+    serving_not_after: Option<String>,
+    rotation_phase: Option<String>,
+}
+
+/// The certificates' expiry (a problem within the threshold) and the rotation's phase.
+async fn certificates(
+    client: &Client,
+    checks: &Checks,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<Certificates> {
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &checks.namespace);
     let tls_secret = secrets_api.get_opt(SECRET_TLS).await?;
     let tls = tls_secret.as_ref().and_then(secrets::read_tls);
     let rotation_phase = tls_secret
@@ -213,8 +259,21 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
             }
         }
     }
-    let trusted = tls.as_ref().map(|t| t.bundle.clone()).unwrap_or_default();
+    Ok(Certificates {
+        trusted: tls.map(|t| t.bundle).unwrap_or_default(),
+        ca_not_after,
+        serving_not_after,
+        rotation_phase,
+    })
+}
 
+/// The webhook configurations as published (a missing one, or a caBundle other than `trusted`, is a
+/// problem), and whether any entry calls through the Service.
+async fn configurations(
+    client: &Client,
+    trusted: &str,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<(Vec<ConfigurationStatus>, bool)> {
     let published = webhook_keeper::published_entries(client).await?;
     let via_service = published
         .iter()
@@ -246,14 +305,11 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
             (true, true) => {}
         }
     }
-    let ready_endpoints = match via_service {
-        true => ready_endpoints(client, namespace).await?,
-        false => None,
-    };
-    if ready_endpoints == Some(0) {
-        problems.push(format!("the Service {SERVICE_NAME} has no ready endpoint"));
-    }
+    Ok((configurations, via_service))
+}
 
+/// How many objects of each kind the replicas' caches follow.
+async fn objects(client: &Client, namespace: &str) -> anyhow::Result<Vec<ObjectCount>> {
     let objects = [
         ("ElasticQuota", count_all::<ElasticQuota>(client).await?),
         (
@@ -276,14 +332,18 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
         ("Namespace", count_all::<Namespace>(client).await?),
         ("Node", count_all::<Node>(client).await?),
         ("Pod", count_all::<Pod>(client).await?),
-    ]
-    .into_iter()
-    .map(|(kind, count)| ObjectCount {
-        kind: kind.to_owned(),
-        count,
-    })
-    .collect();
+    ];
+    Ok(objects
+        .into_iter()
+        .map(|(kind, count)| ObjectCount {
+            kind: kind.to_owned(),
+            count,
+        })
+        .collect())
+}
 
+/// The ten latest Events of the namespace and of the webhook configurations, newest first.
+async fn recent_events(client: &Client, namespace: &str) -> anyhow::Result<Vec<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let mut items = events.list(&ListParams::default().limit(PAGE)).await?.items;
     // Events about the webhook configurations (cluster-scoped, so kept in `default`): caBundle
@@ -303,7 +363,7 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
             .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
     };
     items.sort_by_key(|e| when(e));
-    let recent_events = items
+    Ok(items
         .iter()
         .rev()
         .take(10)
@@ -317,25 +377,7 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
                 e.message.clone().unwrap_or_default()
             )
         })
-        .collect();
-
-    let (rules, rule_notes) = rules::collect(client, namespace).await;
-
-    Ok(Status {
-        healthy: problems.is_empty(),
-        problems,
-        namespace: namespace.to_owned(),
-        leader,
-        ca_not_after,
-        serving_not_after,
-        rotation_phase,
-        ready_endpoints,
-        configurations,
-        objects,
-        recent_events,
-        rules,
-        rule_notes,
-    })
+        .collect())
 }
 
 pub fn render_text(status: &Status) -> String {

@@ -1,7 +1,7 @@
 //! Which requests an entry needs: the `matchConditions` the operator writes so that the API server
 //! calls koord-webhook only when the answer can differ from "allowed, unchanged" (docs/narrowing.md).
 //!
-//! Each entry of the webhook table (`webhooks.rs`) names its `Narrowing`; `Narrowing::calls` here
+//! Each entry of the endpoint table (`entries/mod.rs`, `ENDPOINTS`) names its `Narrowing`; `Narrowing::calls` here
 //! turns it into the conditions, written from the rules of that entry's endpoint (docs/admission.md).
 //! A condition may be wider than its rules (an extra call costs a little), never narrower (a missed
 //! call changes an answer): the property test in `tests.rs` evaluates these very expressions against random

@@ -13,13 +13,14 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, Resource};
 
 use super::secrets;
 use super::webhook_keeper::{self, Desired};
 use super::write_error::WriteError;
 use crate::certs::{CertError, PemPair, adopt, authority};
+use crate::kube_events::{self, Note};
 use crate::metrics::Metrics;
 use crate::metrics::labels::KindLabels;
 use crate::metrics::operator::CertLabels;
@@ -85,74 +86,7 @@ impl Issuer {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::warn!(error = %e, reason, "could not record an event");
-        }
-    }
-
-    /// One Event per configuration and kind of write, regarding the configuration: the caBundle
-    /// published (Normal), which requests are sent changed (Normal), other owned fields put back
-    /// after a hand edit (Warning, naming each), narrowed entries refused and written wide (Warning).
-    async fn record_writes(&self, written: &[webhook_keeper::Written]) {
-        use webhook_keeper::WriteKind;
-        for configuration in written {
-            if let Some(refusal) = &configuration.narrowing_refused {
-                let note = format!(
-                    "the API server refused the matchConditions, entries written wide: {refusal}"
-                );
-                self.event_on(
-                    &configuration.reference,
-                    EventType::Warning,
-                    "NarrowingRefused",
-                    note,
-                )
-                .await;
-            }
-            for kind in [WriteKind::Endpoint, WriteKind::Calls, WriteKind::Drift] {
-                let fields: Vec<_> = configuration
-                    .fields
-                    .iter()
-                    .filter(|(_, field)| field.write_kind() == kind)
-                    .collect();
-                if fields.is_empty() {
-                    continue;
-                }
-                let entries: Vec<&str> = fields.iter().map(|(e, _)| e.as_str()).collect();
-                let (type_, reason, note) = match kind {
-                    WriteKind::Endpoint => (
-                        EventType::Normal,
-                        "CABundlePublished",
-                        format!("caBundle published on {}", entries.join(", ")),
-                    ),
-                    WriteKind::Calls => (
-                        EventType::Normal,
-                        "MatchConditionsChanged",
-                        format!("which requests are sent changed on {}", entries.join(", ")),
-                    ),
-                    WriteKind::Drift => {
-                        let named: Vec<String> = fields
-                            .iter()
-                            .map(|(e, f)| format!("{e} {}", f.name()))
-                            .collect();
-                        let note = format!(
-                            "put back to the configured value (edit the install's settings instead): {}",
-                            named.join(", ")
-                        );
-                        tracing::warn!(configuration = ?configuration.reference.name, "{note}");
-                        (EventType::Warning, "DriftRepaired", note)
-                    }
-                };
-                self.event_on(&configuration.reference, type_, reason, note)
-                    .await;
-            }
-        }
+        kube_events::record(&self.recorder, reference, Note::named(type_, reason, note)).await;
     }
 
     async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), WriteError> {
@@ -335,7 +269,7 @@ impl Issuer {
         let written =
             webhook_keeper::converge_all(&keeper, &self.desired, plan.tls.bundle.as_bytes())
                 .await?;
-        self.record_writes(&written).await;
+        webhook_keeper::events::record(&self.recorder, &written).await;
         if !written.is_empty() {
             metrics
                 .operator

@@ -388,6 +388,7 @@ pub async fn converge_all(
     Ok(mutating.into_iter().chain(validating).collect())
 }
 
+pub mod events;
 pub mod pod_reach;
 pub mod published;
 pub use pod_reach::PodReachSource;
