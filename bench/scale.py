@@ -657,12 +657,14 @@ def table(size_name, size, results):
         steady = max(r["steady"])
         peaks = [max(x["peak"]) for x in r["restarts"]]
         afters = [max(x["after"]) for x in r["restarts"]]
-        readies = [max((t if t is not None else float("nan")) for t in x["ready_after_s"]) for x in r["restarts"]]
+        # The slowest replica of each restart; one never seen ready again within 60 s says so.
+        readies = ["not ready" if None in x["ready_after_s"] else f"{max(x['ready_after_s']):.1f}"
+                   for x in r["restarts"]]
         lines.append(
             f"| {r['build']} | {' / '.join(f'{s / MIB:.0f}' for s in r['steady'])} MiB | "
             f"{', '.join(f'{p / MIB:.0f} ({p / steady:.2f}x)' for p in peaks)} MiB | "
             f"{', '.join(f'{a / MIB:.0f}' for a in afters)} MiB | "
-            f"{', '.join(f'{t:.1f}' for t in readies)} s | {r['load']['refused']} / {r['load']['sent']} |")
+            f"{', '.join(readies)} s | {r['load']['refused']} / {r['load']['sent']} |")
     timed = [r for r in results if r.get("latency")]
     if timed:
         lines += ["", "| build | endpoint | p50 / p99 at this state | p50 / p99 empty | p99 ratio |",
