@@ -174,17 +174,13 @@ impl<K: Resource + Slim> Writer<K> {
             entry.epoch = epoch;
             return;
         }
-        let object = Arc::new(object);
-        let (name, namespace) = (
-            object.meta().name.as_deref().unwrap_or_default(),
-            object.meta().namespace.as_deref(),
-        );
+        let name: Box<str> = meta.name.as_deref().unwrap_or_default().into();
         let entry = Entry {
             namespace: namespace.map(Box::from),
-            object: object.clone(),
+            object: Arc::new(object),
             epoch,
         };
-        objects.by_name.entry(name.into()).or_default().push(entry);
+        objects.by_name.entry(name).or_default().push(entry);
         objects.len += 1;
     }
 

@@ -3,9 +3,9 @@
 //! Every store slims an object as it arrives and drops its managedFields (`slim.rs`), but
 //! k8s-openapi's `ObjectMeta` would first decode each entry's `fieldsV1` into a JSON tree: for a
 //! node whose kubelet patches its status, or a quota several tools apply, that tree is several times
-//! the rest of the object's metadata. After an API-server restart every watch of a replica relists
-//! at once, a page of objects decoded whole per watch, and those trees were most of the moment's
-//! transient memory (docs/scale.md). Walked over unread instead, they cost nothing.
+//! the rest of the object's metadata, built for every event and every listed object only to be
+//! dropped. Walked over unread instead, it costs no allocation. (It was not what a relist's peak
+//! was made of, docs/scale.md: that was the cache's replaced copies, `store.rs`.)
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;

@@ -50,7 +50,7 @@ pub struct ShutdownFlags {
 /// some slack, in whole seconds (30 with the default drain).
 pub fn grace_period(drain_delay: Duration) -> i64 {
     let total = drain_delay + LEASE_RELEASE_PAUSE + IN_FLIGHT_TIMEOUT + SLACK;
-    total.as_secs() as i64 + i64::from(total.subsec_nanos() > 0)
+    total.as_secs_f64().ceil() as i64
 }
 
 /// `--drain-delay`'s default as a duration.
