@@ -162,9 +162,10 @@ pub struct ManifestArgs {
     pub feature_gates: String,
     #[command(flatten)]
     pub entries: EntryPolicy,
-    /// The namespace koord-webhook is installed in (its replicas, Service, Secrets and Lease).
-    #[arg(long, short, default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
-    pub namespace: String,
+    /// The namespace koord-webhook is installed in (its replicas, Service, Secrets and Lease);
+    /// default koordinator-system, koord-webhook-shadow with `--mode shadow`.
+    #[arg(long, short, value_parser = crate::names::parse_namespace)]
+    pub namespace: Option<String>,
     /// Print only the two webhook configurations.
     #[arg(long)]
     pub webhook_configurations_only: bool,

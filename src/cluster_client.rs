@@ -18,9 +18,23 @@ pub struct ClusterFlags {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long)]
     pub context: Option<String>,
-    /// The namespace koord-webhook runs in.
-    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", default_value = crate::names::DEFAULT_NAMESPACE, value_parser = crate::names::parse_namespace)]
-    pub namespace: String,
+    /// The namespace koord-webhook runs in (default koordinator-system, koord-webhook-shadow with
+    /// `--mode shadow`).
+    #[arg(long, short, env = "KOORD_WEBHOOK_NAMESPACE", value_parser = crate::names::parse_namespace)]
+    pub namespace: Option<String>,
+    /// Which install: the one that enforces (Koordinator's names) or a shadow beside
+    /// koord-manager's webhook (`manifests --mode shadow`).
+    #[arg(long, value_enum, default_value = "enforce")]
+    pub mode: crate::names::Mode,
+}
+
+impl ClusterFlags {
+    /// The install's namespace: `--namespace`, else its mode's default.
+    pub fn namespace(&self) -> &str {
+        self.namespace
+            .as_deref()
+            .unwrap_or(self.mode.default_namespace())
+    }
 }
 
 pub async fn client(flags: &ClusterFlags) -> anyhow::Result<Client> {

@@ -20,11 +20,15 @@ fn main() -> ExitCode {
         telemetry::init(cli.log_format);
     }
     let own_namespace = match &cli.command {
-        Command::Serve(args) => Some(&args.namespace),
-        Command::Manifests(args) => Some(&args.namespace),
-        Command::Status(args) => Some(&args.cluster.namespace),
-        Command::Audit(args) => Some(&args.cluster.namespace),
-        Command::Uninstall(args) => Some(&args.cluster.namespace),
+        Command::Serve(args) => Some(args.namespace.as_str()),
+        Command::Manifests(args) => Some(
+            args.namespace
+                .as_deref()
+                .unwrap_or(args.entries.mode.default_namespace()),
+        ),
+        Command::Status(args) => Some(args.cluster.namespace()),
+        Command::Audit(args) => Some(args.cluster.namespace()),
+        Command::Uninstall(args) => Some(args.cluster.namespace()),
         Command::Review(_) | Command::Crds | Command::ChartFiles { .. } => None,
     };
     if let Some(namespace) = own_namespace

@@ -58,6 +58,116 @@ pub fn service_account_user() -> String {
 }
 /// The Service the webhook configurations point at (Koordinator's name).
 pub const SERVICE_NAME: &str = "koordinator-webhook-service";
+
+/// Which install this process belongs to (`--mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// In front of Koordinator's objects under Koordinator's names: a drop-in for koord-manager's
+    /// webhook, which it replaces (docs/migration.md).
+    #[default]
+    Enforce,
+    /// Beside koord-manager's webhook, to try koord-webhook first: its own namespace, names and CA,
+    /// one validating configuration, every rule in Audit, `failurePolicy: Ignore`, and no write to
+    /// anything of Koordinator's (docs/migration.md, "A trial beside koord-manager").
+    Shadow,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+
+    /// Where the install lives unless told otherwise.
+    pub fn default_namespace(self) -> &'static str {
+        match self {
+            Mode::Enforce => DEFAULT_NAMESPACE,
+            Mode::Shadow => SHADOW,
+        }
+    }
+}
+
+/// The shadow install's name for everything cluster-wide it owns (its configuration, Service,
+/// ClusterRole) and its default namespace.
+pub const SHADOW: &str = "koord-webhook-shadow";
+
+/// The names an install of each mode gives what it owns.
+impl Mode {
+    /// The Service the webhook configuration points at.
+    pub fn service_name(self) -> &'static str {
+        match self {
+            Mode::Enforce => SERVICE_NAME,
+            Mode::Shadow => SHADOW,
+        }
+    }
+
+    /// The mutating configuration the install keeps: none in a shadow (its validating entries see
+    /// the object koord-manager's mutation made, which is what a trial compares with).
+    pub fn mutating_configuration(self) -> Option<&'static str> {
+        match self {
+            Mode::Enforce => Some(MUTATING_CONFIGURATION),
+            Mode::Shadow => None,
+        }
+    }
+
+    /// The validating configuration the install keeps (a shadow's holds every entry).
+    pub fn validating_configuration(self) -> &'static str {
+        match self {
+            Mode::Enforce => VALIDATING_CONFIGURATION,
+            Mode::Shadow => SHADOW,
+        }
+    }
+
+    /// The configurations the install keeps, as (kind, name).
+    pub fn configurations(self) -> Vec<(&'static str, &'static str)> {
+        let mutating = self
+            .mutating_configuration()
+            .map(|name| ("MutatingWebhookConfiguration", name));
+        mutating
+            .into_iter()
+            .chain([(
+                "ValidatingWebhookConfiguration",
+                self.validating_configuration(),
+            )])
+            .collect()
+    }
+
+    /// Where Koordinator's ConfigMaps the rules read live unless `--config-namespace` says: the
+    /// install's own namespace when enforcing (it replaces koord-manager's webhook there),
+    /// Koordinator's default one in a shadow (which lives in a namespace of its own).
+    pub fn config_namespace(self) -> &'static str {
+        match self {
+            Mode::Enforce => namespace(),
+            Mode::Shadow => DEFAULT_NAMESPACE,
+        }
+    }
+
+    /// The ClusterRole and ClusterRoleBinding's name.
+    pub fn cluster_scoped_name(self) -> &'static str {
+        match self {
+            Mode::Enforce => APP_NAME,
+            Mode::Shadow => SHADOW,
+        }
+    }
+
+    /// An entry's name as the install registers it: the table's (Koordinator's) when enforcing;
+    /// in a shadow its first label under [`SHADOW_ENTRY_DOMAIN`], so the API server's webhook
+    /// metrics (labelled by entry name) keep koord-manager's calls and the shadow's apart.
+    pub fn entry_name(self, table_name: &str) -> String {
+        match self {
+            Mode::Enforce => table_name.to_owned(),
+            Mode::Shadow => {
+                let first = table_name.split('.').next().unwrap_or(table_name);
+                format!("{first}.{SHADOW_ENTRY_DOMAIN}")
+            }
+        }
+    }
+}
+
+/// The domain of a shadow's entry names.
+pub const SHADOW_ENTRY_DOMAIN: &str = "shadow.koord-webhook.io";
 /// The label that selects the replicas (Deployment, Service, PodDisruptionBudget).
 pub const SELECTOR_LABEL: &str = "app.kubernetes.io/name";
 

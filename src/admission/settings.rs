@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::actions::{self, Action, RuleActions};
 use crate::duration::parse_duration_arg;
-use crate::names::namespace;
+use crate::names::{Mode, namespace};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -154,18 +154,22 @@ pub struct RuleFlags {
 
 impl RuleFlags {
     pub fn settings(&self) -> Settings {
+        self.settings_in(Mode::Enforce)
+    }
+
+    /// The settings of a replica of an install of `mode`: Koordinator's ConfigMaps are read where
+    /// that install expects them unless the flags say ([`Mode::config_namespace`]).
+    pub fn settings_in(&self, mode: Mode) -> Settings {
+        let koordinator = || mode.config_namespace().to_owned();
         Settings {
-            config_namespace: self
-                .config_namespace
-                .clone()
-                .unwrap_or_else(|| namespace().to_owned()),
+            config_namespace: self.config_namespace.clone().unwrap_or_else(koordinator),
             slo_config_name: self.slo_config_name.clone(),
             node_strategy_name_need_check: self.node_strategy_name_need_check,
             max_amplification_ratio: self.max_amplification_ratio,
             enhanced_validator_config: (
                 self.pod_enhanced_validator_config_namespace
                     .clone()
-                    .unwrap_or_else(|| namespace().to_owned()),
+                    .unwrap_or_else(koordinator),
                 self.pod_enhanced_validator_config_name.clone(),
             ),
             child_request_window: self.child_request_recount_quiet,

@@ -22,9 +22,9 @@ pub fn serve_flags() -> ServeFlags {
 }
 
 /// `--serve-flag`s as `serve` arguments, each checked against the table and all of them parsed as
-/// `serve` parses them, so a bad value is refused here rather than by a crash-looping replica; with
-/// the Pod's grace period for the drain they ask for.
-fn serve_args(flags: &[String]) -> anyhow::Result<(Vec<String>, i64)> {
+/// `serve` parses them, so a bad value is refused here rather than by a crash-looping replica; and
+/// the replicas as parsed.
+fn serve_args(flags: &[String]) -> anyhow::Result<(Vec<String>, crate::cli::ServeArgs)> {
     let table = serve_flags();
     let mut args = Vec::new();
     for flag in flags {
@@ -37,7 +37,7 @@ fn serve_args(flags: &[String]) -> anyhow::Result<(Vec<String>, i64)> {
     let Command::Serve(serve) = Cli::try_parse_from(argv).context("--serve-flag")?.command else {
         unreachable!("parsed as the serve subcommand");
     };
-    Ok((args, shutdown::grace_period(serve.shutdown.drain_delay)))
+    Ok((args, serve))
 }
 
 pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
@@ -69,11 +69,16 @@ pub fn render(args: &ManifestArgs) -> anyhow::Result<String> {
         (None, Some(name)) => Some(ClientCaObject::Secret(name.clone())),
         (None, None) => None,
     };
-    let (serve_args, termination_grace_period_seconds) = serve_args(&args.serve_flags)?;
+    let (serve_args, serve) = serve_args(&args.serve_flags)?;
+    let mode = args.entries.mode;
     Ok(install::render(&InstallOptions {
         image: args.image.clone(),
         serve_args,
-        termination_grace_period_seconds,
+        termination_grace_period_seconds: shutdown::grace_period(serve.shutdown.drain_delay),
+        config_namespace: serve
+            .rules
+            .config_namespace
+            .unwrap_or_else(|| mode.config_namespace().to_owned()),
         gates,
         target,
         client_ca: object.map(|object| ClientCaMount {

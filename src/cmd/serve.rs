@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Recorder;
 
 use crate::admission::ports::{FindingSink, PodReachGuard};
+use crate::admission::settings::OwnUser;
 use crate::admission::{Admission, Services, Settings};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
@@ -26,6 +27,7 @@ use crate::kube_ports::quota::KubeQuotaStore;
 use crate::kube_ports::quota_ledger::KubeLedgerStore;
 use crate::kube_ports::would_deny_events::WouldDenyEvents;
 use crate::metrics::operator::CertLabels;
+use crate::names::Mode;
 use crate::operator::certificates::CertPolicy;
 use crate::operator::flags::OperatorFlags;
 use crate::operator::leader::LeaseTimings;
@@ -64,8 +66,10 @@ fn operator_config(
             renew_fraction: flags.renew_fraction,
             ca_grace: flags.ca_rotation_grace,
             publish_settle: flags.ca_publish_settle,
-            adopt_ca_secret: Some(flags.adopt_ca_secret.clone()).filter(|name| !name.is_empty()),
-            hosts: serving_hosts(flags.webhook_host.as_deref()),
+            // A shadow has a CA of its own.
+            adopt_ca_secret: Some(flags.adopt_ca_secret.clone())
+                .filter(|name| !name.is_empty() && flags.entries.mode == Mode::Enforce),
+            hosts: serving_hosts(flags.webhook_host.as_deref(), flags.entries.mode),
         },
         desired: Desired {
             gates,
@@ -132,7 +136,7 @@ fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> 
         quota_ledger: Some(Arc::new(KubeLedgerStore {
             client: client.clone(),
         })),
-        pod_reach: args.operator.entries.narrow_calls.then(|| {
+        pod_reach: args.operator.entries.narrows().then(|| {
             Arc::new(KubePodReachGuard::new(
                 client,
                 args.operator.narrow_hold / 4,
@@ -149,10 +153,15 @@ const WOULD_DENY_EVENT_WINDOW: Duration = Duration::from_secs(60);
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
     if args.state.is_none() && args.operator.leader_elect {
-        operator_config(&args.operator, args.port, gates, &args.rules.settings())
-            .lease
-            .validate()
-            .map_err(anyhow::Error::msg)?;
+        operator_config(
+            &args.operator,
+            args.port,
+            gates,
+            &args.rules.settings_in(args.operator.entries.mode),
+        )
+        .lease
+        .validate()
+        .map_err(anyhow::Error::msg)?;
     }
     let resolver = Arc::new(CertResolver::new());
     let pair_files = load_serving_pair(&args, &resolver)?;
@@ -173,8 +182,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
 
-    let identity =
-        operator_config(&args.operator, args.port, gates, &args.rules.settings()).identity;
+    let identity = operator_config(
+        &args.operator,
+        args.port,
+        gates,
+        &args.rules.settings_in(args.operator.entries.mode),
+    )
+    .identity;
     let services = services(
         &args,
         operator.as_ref().map(|(client, _)| client),
@@ -184,8 +198,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
-    let settings = args.rules.settings().auditing_endpoints(&audited);
+    let mut settings = args
+        .rules
+        .settings_in(args.operator.entries.mode)
+        .auditing_endpoints(&audited);
     match &operator {
+        // A shadow keeps no record of its own on quotas, so it has none to guard (and must not
+        // refuse another writer's, an enforcing koord-webhook's): its own user stays unknown.
+        _ if args.operator.entries.mode == Mode::Shadow => {
+            settings.own_user = OwnUser::default();
+        }
         // `--own-user` named it: nothing to ask.
         Some(_) if settings.own_user.get().is_some() => {}
         Some((client, _)) => {
@@ -246,7 +268,12 @@ fn start_operator(
     state: &Arc<State>,
 ) -> (watch::Sender<bool>, AbortHandle) {
     let (stop, stopped) = watch::channel(false);
-    let config = operator_config(&args.operator, args.port, gates, &args.rules.settings());
+    let config = operator_config(
+        &args.operator,
+        args.port,
+        gates,
+        &args.rules.settings_in(args.operator.entries.mode),
+    );
     tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
     if let Some(limit) = args.limits.memory_limit {
         let recorder = Recorder::new(client.clone(), operator::reporter(&config.identity));

@@ -25,9 +25,8 @@ use kube::api::{Api, DeleteParams, ListParams};
 use serde::de::DeserializeOwned;
 
 use crate::apis::all_crds;
-use crate::names::{APP_NAME, SERVICE_NAME, selector};
+use crate::names::{APP_NAME, Mode, selector};
 use crate::names::{CA_ADOPTION_RECORD, LEASE, QUOTA_LEDGER, SECRET_CA, SECRET_TLS};
-use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -54,28 +53,41 @@ where
     Ok(())
 }
 
-/// The two webhook configurations, then the Service they call.
-async fn delete_admission(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
-    delete(
-        &Api::<MutatingWebhookConfiguration>::all(client.clone()),
-        MUTATING_CONFIGURATION,
-    )
-    .await?;
+/// The webhook configurations, then the Service they call.
+async fn delete_admission(
+    client: &kube::Client,
+    namespace: &str,
+    mode: Mode,
+) -> anyhow::Result<()> {
+    if let Some(name) = mode.mutating_configuration() {
+        delete(
+            &Api::<MutatingWebhookConfiguration>::all(client.clone()),
+            name,
+        )
+        .await?;
+    }
     delete(
         &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        VALIDATING_CONFIGURATION,
+        mode.validating_configuration(),
     )
     .await?;
     delete(
         &Api::<Service>::namespaced(client.clone(), namespace),
-        SERVICE_NAME,
+        mode.service_name(),
     )
     .await
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<()> {
+    let mode = options.cluster.mode;
+    if mode == Mode::Shadow && (options.delete_crds || options.keep_webhook_configurations) {
+        anyhow::bail!(
+            "a shadow owns neither Koordinator's CRDs nor its webhook configurations: \
+             --delete-crds and --keep-webhook-configurations do not go with --mode shadow"
+        );
+    }
     let client = crate::cluster_client::client(&options.cluster).await?;
-    let namespace = options.cluster.namespace.as_str();
+    let namespace = options.cluster.namespace();
 
     // 1. The replicas, and wait until none runs.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
@@ -107,10 +119,11 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     // (with the Service) when koord-manager's webhook serves them again.
     if options.keep_webhook_configurations {
         println!(
-            "kept the webhook configurations and Service {SERVICE_NAME} (for koord-manager's webhook)"
+            "kept the webhook configurations and Service {} (for koord-manager's webhook)",
+            mode.service_name()
         );
     } else {
-        delete_admission(&client, namespace).await?;
+        delete_admission(&client, namespace, mode).await?;
     }
 
     // 3. The rest of the install, and what the operator made (Secrets, Lease, the quota ledger and
@@ -142,8 +155,20 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
         APP_NAME,
     )
     .await?;
-    delete(&Api::<ClusterRoleBinding>::all(client.clone()), APP_NAME).await?;
-    delete(&Api::<ClusterRole>::all(client.clone()), APP_NAME).await?;
+    if mode == Mode::Shadow {
+        // Its reads of Koordinator's ConfigMaps, in their namespace.
+        let there = mode.config_namespace();
+        let name = mode.cluster_scoped_name();
+        delete(&Api::<RoleBinding>::namespaced(client.clone(), there), name).await?;
+        delete(&Api::<Role>::namespaced(client.clone(), there), name).await?;
+    }
+    let cluster_scoped = mode.cluster_scoped_name();
+    delete(
+        &Api::<ClusterRoleBinding>::all(client.clone()),
+        cluster_scoped,
+    )
+    .await?;
+    delete(&Api::<ClusterRole>::all(client.clone()), cluster_scoped).await?;
     delete(
         &Api::<ServiceAccount>::namespaced(client.clone(), namespace),
         APP_NAME,
@@ -155,7 +180,7 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
         for crd in all_crds() {
             delete(&crds, crd.metadata.name.as_deref().unwrap_or_default()).await?;
         }
-    } else {
+    } else if mode == Mode::Enforce {
         println!("kept the CRDs and their objects (--delete-crds removes them)");
     }
     if options.delete_namespace {

@@ -15,6 +15,7 @@ use crate::entries::narrowing::pod::PodReach;
 use crate::entries::{ENDPOINTS, WebhookKind};
 use crate::features::FeatureGates;
 use crate::install::{WebhookTarget, rbac, webhook_configurations};
+use crate::names::{DEFAULT_NAMESPACE, Mode};
 
 /// docs/grafana-dashboard.json, which the chart's dashboard ConfigMap carries.
 const GRAFANA_DASHBOARD: &str = include_str!("../../docs/grafana-dashboard.json");
@@ -126,9 +127,15 @@ pub fn write(dir: &Path, serve_flags: &ServeFlags) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))
     };
     write("crds.yaml", crate::apis::crds_yaml()?)?;
+    let shadow_reader = rbac::config_reader(Mode::Shadow, DEFAULT_NAMESPACE).map(|(r, _)| r.rules);
     let rbac = json!({
-        "clusterRole": rbac::cluster_role().rules,
-        "role": rbac::role().rules,
+        "clusterRole": rbac::cluster_role(Mode::Enforce).rules,
+        "role": rbac::role(Mode::Enforce).rules,
+        "shadow": {
+            "clusterRole": rbac::cluster_role(Mode::Shadow).rules,
+            "role": rbac::role(Mode::Shadow).rules,
+            "configReader": shadow_reader,
+        },
     });
     write("rbac.yaml", serde_yaml::to_string(&rbac)?)?;
     write("webhooks.yaml", serde_yaml::to_string(&webhook_table()?)?)?;

@@ -21,6 +21,10 @@ use serde_json::Value;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(title = "koord-webhook chart values")]
 pub struct Values {
+    /// `enforce`: Koordinator's names, in place of koord-manager's webhook. `shadow`: beside it, to
+    /// try koord-webhook first (own names and CA, every rule in Audit, Ignore, no CRDs; README,
+    /// "Try it beside koord-manager first"); install it into a namespace of its own.
+    mode: Mode,
     /// Replicas of the webhook server; one is leader (certificates, caBundles), all serve admission.
     #[schemars(range(min = 1))]
     replica_count: u32,
@@ -88,6 +92,13 @@ struct Image {
     digest: String,
     /// When the kubelet pulls the image.
     pull_policy: PullPolicy,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Enforce,
+    Shadow,
 }
 
 #[derive(JsonSchema)]

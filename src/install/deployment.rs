@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
 use super::options::{ClientCaMount, ClientCaObject, InstallOptions};
-use crate::names::{APP_NAME, SELECTOR_LABEL, SERVICE_NAME, app_labels, namespace};
+use crate::names::{APP_NAME, Mode, SELECTOR_LABEL, app_labels, namespace};
 
 const PORT: i32 = 9443;
 const METRICS_PORT: i32 = 8080;
@@ -317,8 +317,8 @@ pub fn critical_pods_quota() -> ResourceQuota {
 /// (`kubectl apply -l 'app.kubernetes.io/component!=webhook-service'`), then the Service.
 pub const SERVICE_COMPONENT: &str = "webhook-service";
 
-pub fn service() -> Service {
-    let mut metadata = meta(SERVICE_NAME);
+pub fn service(mode: Mode) -> Service {
+    let mut metadata = meta(mode.service_name());
     if let Some(labels) = metadata.labels.as_mut() {
         labels.insert(
             "app.kubernetes.io/component".to_owned(),

@@ -7,12 +7,24 @@ use clap::Args;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
 use crate::entries::{ENDPOINTS, FailurePolicy};
+use crate::names::Mode;
 
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 10;
 
 /// The entry flags, shared by `serve` (what the leader keeps) and `manifests` (what it renders).
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 pub struct EntryPolicy {
+    /// `enforce`: in front of Koordinator's objects under Koordinator's names, replacing
+    /// koord-manager's webhook. `shadow`: beside it, to try koord-webhook first — its own
+    /// configuration (validating only) and entry names, every rule in Audit, `failurePolicy:
+    /// Ignore`, every request sent (no narrowing), nothing of Koordinator's written.
+    #[arg(
+        long,
+        env = "KOORD_WEBHOOK_MODE",
+        value_enum,
+        default_value = "enforce"
+    )]
+    pub mode: Mode,
     /// `ENTRY=Fail|Ignore` for an entry (e.g. `vpod.koordinator.sh=Ignore`) or `all=Ignore`;
     /// repeatable, the last one naming an entry wins. Default: the table's (Fail but for nodes).
     #[arg(long = "failure-policy", env = "KOORD_WEBHOOK_FAILURE_POLICY", value_delimiter = ',',
@@ -56,6 +68,7 @@ pub struct EntryPolicy {
 impl Default for EntryPolicy {
     fn default() -> Self {
         Self {
+            mode: Mode::Enforce,
             failure_policies: Vec::new(),
             webhook_timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             excluded_namespaces: Vec::new(),
@@ -70,6 +83,9 @@ impl EntryPolicy {
     /// The `serve` flags that give the operator these entry settings (for the Deployment).
     pub fn args(&self) -> Vec<String> {
         let mut args = Vec::new();
+        if self.mode != Mode::Enforce {
+            args.push(format!("--mode={}", self.mode.as_str()));
+        }
         if self.webhook_timeout_seconds != DEFAULT_TIMEOUT_SECONDS {
             args.push(format!(
                 "--webhook-timeout-seconds={}",
@@ -94,11 +110,19 @@ impl EntryPolicy {
         args
     }
 
-    /// Whether `--entry-action` puts the entry in Audit.
+    /// Whether `--entry-action` (or a shadow) puts the entry in Audit.
     pub fn audited(&self, entry: &str) -> bool {
-        self.audited_entries
-            .iter()
-            .any(|name| name == entry || name == "all")
+        self.mode == Mode::Shadow
+            || self
+                .audited_entries
+                .iter()
+                .any(|name| name == entry || name == "all")
+    }
+
+    /// Whether calls are narrowed (`--narrow-calls=on`, and never in a shadow: its pod entries sit
+    /// in one validating configuration, which the leader's narrowing does not keep).
+    pub fn narrows(&self) -> bool {
+        self.narrow_calls && self.mode == Mode::Enforce
     }
 
     /// The endpoints whose rules are in Audit; an error when an entry is named without the entries

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::apis::all_crds;
 use crate::features::FeatureGates;
-use crate::names::app_labels;
+use crate::names::{Mode, app_labels};
 pub use deployment::CRITICAL_PODS_QUOTA;
 pub use options::{ClientCaMount, ClientCaObject, DEFAULT_IMAGE, InstallOptions};
 pub use webhook_configurations::{ClientConfigMode, WebhookTarget};
@@ -31,24 +31,34 @@ pub fn render(options: &InstallOptions) -> Result<String, serde_yaml::Error> {
         out.push_str(&object.to_yaml()?);
         Ok(())
     };
+    let mode = options.target.policy.mode;
     push(&namespace_object())?;
-    for crd in all_crds() {
-        push(&crd)?;
+    // Koordinator's CRDs are Koordinator's: a shadow beside koord-manager leaves them alone.
+    if mode == Mode::Enforce {
+        for crd in all_crds() {
+            push(&crd)?;
+        }
     }
     push(&rbac::service_account())?;
-    push(&rbac::cluster_role())?;
-    push(&rbac::cluster_role_binding())?;
-    push(&rbac::role())?;
+    push(&rbac::cluster_role(mode))?;
+    push(&rbac::cluster_role_binding(mode))?;
+    push(&rbac::role(mode))?;
     push(&rbac::role_binding())?;
+    if let Some((role, binding)) = rbac::config_reader(mode, &options.config_namespace) {
+        push(&role)?;
+        push(&binding)?;
+    }
     push(&deployment::deployment(options))?;
-    push(&deployment::service())?;
+    push(&deployment::service(mode))?;
     push(&deployment::pod_disruption_budget())?;
     push(&deployment::critical_pods_quota())?;
-    push(&webhook_configurations::mutating(
-        &options.gates,
-        &options.target,
-        None,
-    ))?;
+    if mode.mutating_configuration().is_some() {
+        push(&webhook_configurations::mutating(
+            &options.gates,
+            &options.target,
+            None,
+        ))?;
+    }
     push(&webhook_configurations::validating(
         &options.gates,
         &options.target,
@@ -57,19 +67,23 @@ pub fn render(options: &InstallOptions) -> Result<String, serde_yaml::Error> {
     Ok(out)
 }
 
-/// Only the two webhook configurations (URL-mode development setups apply these alone).
+/// Only the webhook configurations (URL-mode development setups apply these alone).
 pub fn render_webhook_configurations(
     gates: &FeatureGates,
     target: &WebhookTarget,
     ca_bundle: Option<&[u8]>,
 ) -> Result<String, serde_yaml::Error> {
     let mut out = String::new();
-    for yaml in [
-        serde_yaml::to_string(&webhook_configurations::mutating(gates, target, ca_bundle))?,
-        serde_yaml::to_string(&webhook_configurations::validating(
+    let mutating = match target.policy.mode.mutating_configuration() {
+        Some(_) => Some(serde_yaml::to_string(&webhook_configurations::mutating(
             gates, target, ca_bundle,
-        ))?,
-    ] {
+        ))?),
+        None => None,
+    };
+    let validating = serde_yaml::to_string(&webhook_configurations::validating(
+        gates, target, ca_bundle,
+    ))?;
+    for yaml in mutating.into_iter().chain([validating]) {
         out.push_str("---\n");
         out.push_str(&yaml);
     }

@@ -23,6 +23,9 @@ pub struct InstallOptions {
     /// The Pod's terminationGracePeriodSeconds: derived from the drain the replicas are given
     /// (`server::shutdown::grace_period`).
     pub termination_grace_period_seconds: i64,
+    /// Where Koordinator's ConfigMaps the rules read live (the replicas' `--config-namespace`): a
+    /// shadow, in a namespace of its own, is given a Role there to read them.
+    pub config_namespace: String,
 }
 
 /// The object holding the client CA bundle, in koord-webhook's namespace.

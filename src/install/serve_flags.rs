@@ -21,6 +21,7 @@ pub const OWNED: &[(&str, &str)] = &[
     ("exclude-namespace", "webhooks.excludeNamespaces"),
     ("exclude-namespace-label", "webhooks.excludeNamespaceLabels"),
     ("narrow-calls", "webhooks.narrowCalls"),
+    ("mode", "mode"),
     ("entry-action", "webhooks.actions"),
     ("client-ca-file", "clientCA"),
     ("cert-mode", "certificates.mode"),

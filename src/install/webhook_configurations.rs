@@ -14,9 +14,7 @@ use crate::entries::narrowing::Calls;
 use crate::entries::narrowing::pod::{PodEntry, PodReach, Reach};
 use crate::entries::{ENDPOINTS, EndpointSpec, EntrySpec, FailurePolicy, WebhookKind};
 use crate::features::FeatureGates;
-use crate::names::{
-    MUTATING_CONFIGURATION, SERVICE_NAME, VALIDATING_CONFIGURATION, app_labels, namespace,
-};
+use crate::names::{DEFAULT_NAMESPACE, MUTATING_CONFIGURATION, Mode, app_labels, namespace};
 
 /// How the API server reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +81,11 @@ impl WebhookTarget {
         // The immutable name label, so nobody can opt a namespace out by relabelling it.
         entry.exclude_system_namespaces.then(|| {
             let mut names = vec![namespace().to_owned(), "kube-system".to_owned()];
+            // A shadow also skips the namespace an enforcing install lives in (Koordinator's):
+            // it reports what that install would refuse, and that install never sees those pods.
+            if self.policy.mode == Mode::Shadow && namespace() != DEFAULT_NAMESPACE {
+                names.insert(1, DEFAULT_NAMESPACE.to_owned());
+            }
             names.extend(self.policy.excluded_namespaces.iter().cloned());
             let mut requirements = vec![LabelSelectorRequirement {
                 key: "kubernetes.io/metadata.name".to_owned(),
@@ -104,7 +107,7 @@ impl WebhookTarget {
 
     /// What the entry is called for under these settings and gates.
     pub fn calls(&self, entry: &EntrySpec, gates: &FeatureGates) -> Calls {
-        if !self.policy.narrow_calls {
+        if !self.policy.narrows() {
             return entry.narrowing.calls_wide();
         }
         // A pod entry narrowed by the cluster's state is safe only while every change that could
@@ -135,7 +138,7 @@ impl WebhookTarget {
             ClientConfigMode::Service => WebhookClientConfig {
                 ca_bundle,
                 service: Some(ServiceReference {
-                    name: SERVICE_NAME.to_owned(),
+                    name: self.policy.mode.service_name().to_owned(),
                     namespace: namespace().to_owned(),
                     path: Some(path.to_owned()),
                     port: Some(443),
@@ -181,15 +184,28 @@ fn object_selector(entry: &EntrySpec) -> Option<LabelSelector> {
     })
 }
 
-/// The entries registered: their endpoint's gate on, and some request needing them.
+/// The entries registered in the configuration of `kind`: their endpoint's gate on, and some
+/// request needing them. A shadow registers every endpoint's entries as validating ones (a
+/// validating entry sees the object after every mutation, koord-manager's included; the mutating
+/// rules run there in Audit and send no patch).
 fn enabled<'a>(
     gates: &'a FeatureGates,
     target: &'a WebhookTarget,
     kind: WebhookKind,
 ) -> impl Iterator<Item = (&'static EndpointSpec, &'static EntrySpec, Calls)> + 'a {
-    ENDPOINTS
+    // The kinds of endpoint whose entries go into this configuration, mutating ones first.
+    let kinds: &[WebhookKind] = match (target.policy.mode, kind) {
+        (Mode::Enforce, WebhookKind::Mutating) => &[WebhookKind::Mutating],
+        (Mode::Enforce, WebhookKind::Validating) => &[WebhookKind::Validating],
+        (Mode::Shadow, WebhookKind::Mutating) => &[],
+        (Mode::Shadow, WebhookKind::Validating) => {
+            &[WebhookKind::Mutating, WebhookKind::Validating]
+        }
+    };
+    kinds
         .iter()
-        .filter(move |w| w.kind == kind && gates.enabled(w.gate))
+        .flat_map(|kind| ENDPOINTS.iter().filter(move |w| w.kind == *kind))
+        .filter(move |w| gates.enabled(w.gate))
         .flat_map(|w| w.entries.iter().map(move |e| (w, e)))
         .filter_map(|(w, e)| match target.calls(e, gates) {
             Calls::Never => None,
@@ -205,7 +221,9 @@ fn metadata(name: &str) -> ObjectMeta {
     }
 }
 
-/// The MutatingWebhookConfiguration for these gates; `ca_bundle` None leaves it empty.
+/// The MutatingWebhookConfiguration for these gates; `ca_bundle` None leaves it empty. A shadow
+/// has none: its entries are all in [`validating`]'s (this one would be empty and carry
+/// Koordinator's name, so callers ask `Mode::mutating_configuration` first).
 pub fn mutating(
     gates: &FeatureGates,
     target: &WebhookTarget,
@@ -213,7 +231,7 @@ pub fn mutating(
 ) -> MutatingWebhookConfiguration {
     let webhooks = enabled(gates, target, WebhookKind::Mutating)
         .map(|(w, e, calls)| MutatingWebhook {
-            name: e.name.to_owned(),
+            name: target.policy.mode.entry_name(e.name),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: target.client_config(w.path, ca_bundle),
             failure_policy: Some(target.failure_policy(w, e)),
@@ -241,7 +259,7 @@ pub fn validating(
 ) -> ValidatingWebhookConfiguration {
     let webhooks = enabled(gates, target, WebhookKind::Validating)
         .map(|(w, e, calls)| ValidatingWebhook {
-            name: e.name.to_owned(),
+            name: target.policy.mode.entry_name(e.name),
             admission_review_versions: vec!["v1".to_owned()],
             client_config: target.client_config(w.path, ca_bundle),
             failure_policy: Some(target.failure_policy(w, e)),
@@ -255,7 +273,7 @@ pub fn validating(
         })
         .collect();
     ValidatingWebhookConfiguration {
-        metadata: metadata(VALIDATING_CONFIGURATION),
+        metadata: metadata(target.policy.mode.validating_configuration()),
         webhooks: Some(webhooks),
     }
 }
@@ -473,6 +491,69 @@ mod tests {
         assert_eq!(
             named("velasticquota.koordinator.sh"),
             Some(vec!["koord-quota-tree-change".to_owned()])
+        );
+    }
+
+    /// A shadow registers every entry of every enabled endpoint (mutating ones too) in its one
+    /// validating configuration, under names of its own, failing open, wide, calling its Service.
+    #[test]
+    fn a_shadow_registers_every_entry_as_validating_under_its_own_names() {
+        let gates = FeatureGates::default();
+        let shadow = WebhookTarget {
+            policy: EntryPolicy {
+                mode: Mode::Shadow,
+                ..EntryPolicy::default()
+            },
+            ..WebhookTarget::default()
+        };
+        let wide = WebhookTarget {
+            policy: EntryPolicy {
+                narrow_calls: false,
+                ..EntryPolicy::default()
+            },
+            ..WebhookTarget::default()
+        };
+        let v = validating(&gates, &shadow, None);
+        assert_eq!(v.metadata.name.as_deref(), Some("koord-webhook-shadow"));
+        let entries = v.webhooks.unwrap();
+        let wide_names: Vec<String> = mutating(&gates, &wide, None)
+            .webhooks
+            .unwrap()
+            .into_iter()
+            .map(|w| w.name)
+            .chain(
+                validating(&gates, &wide, None)
+                    .webhooks
+                    .unwrap()
+                    .into_iter()
+                    .map(|w| w.name),
+            )
+            .map(|name| Mode::Shadow.entry_name(&name))
+            .collect();
+        let names: Vec<&str> = entries.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            names, wide_names,
+            "every entry Koordinator registers, mutating ones first"
+        );
+        assert!(names.contains(&"mpod-create.shadow.koord-webhook.io"));
+        for entry in &entries {
+            assert_eq!(
+                entry.failure_policy.as_deref(),
+                Some("Ignore"),
+                "{}",
+                entry.name
+            );
+            assert_eq!(entry.match_conditions, None, "{}", entry.name);
+            let service = entry.client_config.service.as_ref().unwrap();
+            assert_eq!(service.name, "koord-webhook-shadow");
+        }
+        assert!(Mode::Shadow.mutating_configuration().is_none());
+        assert!(!shadow.policy.narrows() && shadow.policy.audited("vpod.koordinator.sh"));
+        assert_eq!(shadow.policy.args(), ["--mode=shadow"]);
+        assert_eq!(
+            shadow.policy.audited_endpoints().unwrap().len(),
+            ENDPOINTS.len(),
+            "every endpoint's rules in Audit"
         );
     }
 }

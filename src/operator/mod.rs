@@ -30,9 +30,9 @@ use tokio::sync::{Notify, watch};
 
 use crate::certs::authority;
 use crate::metrics::operator::ConfigurationLabels;
-use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+use crate::names::Mode;
+use crate::names::namespace;
 use crate::names::{SECRET_CA, SECRET_TLS};
-use crate::names::{SERVICE_NAME, namespace};
 use crate::state::State;
 use certificates::{CertPolicy, Issuer, Next};
 use leader::{Leadership, LeaseTimings};
@@ -69,8 +69,8 @@ pub struct OperatorConfig {
 }
 
 /// The SANs of the serving certificate (docs/certificates.md).
-pub fn serving_hosts(webhook_host: Option<&str>) -> Vec<String> {
-    let svc = SERVICE_NAME;
+pub fn serving_hosts(webhook_host: Option<&str>, mode: Mode) -> Vec<String> {
+    let svc = mode.service_name();
     let mut hosts = vec![
         format!("{svc}.{}.svc", namespace()),
         svc.to_owned(),
@@ -166,10 +166,13 @@ pub async fn run(
             quiet: config.child_request_quiet,
             metrics: metrics.operator.clone(),
         };
+        // A shadow writes nothing of Koordinator's: no recount of child-request.
+        let enforcing = config.desired.target.policy.mode == Mode::Enforce;
         async move {
-            if recount
-                .gates
-                .enabled(crate::features::Gate::EnableQuotaAdmission)
+            if enforcing
+                && recount
+                    .gates
+                    .enabled(crate::features::Gate::EnableQuotaAdmission)
             {
                 recount.run().await;
             }
@@ -181,7 +184,11 @@ pub async fn run(
         cache_ready,
         election,
         watch_serving_pair(client.clone(), state.clone(), kick.clone()),
-        watch_configurations(client.clone(), kick.clone()),
+        watch_configurations(
+            client.clone(),
+            config.desired.target.policy.mode,
+            kick.clone()
+        ),
         watch_ca_secret(client.clone(), kick.clone()),
         issue_as_leader(
             client.clone(),
@@ -212,7 +219,7 @@ async fn keep_pod_entries_wide_for_gates(
         .into_iter()
         .filter(|e| every_pod(*e, gates))
         .collect();
-    if !config.desired.target.policy.narrow_calls || entries.is_empty() {
+    if !config.desired.target.policy.narrows() || entries.is_empty() {
         return;
     }
     let guard =
@@ -301,21 +308,24 @@ async fn watch_ca_secret(client: Client, kick: Arc<Notify>) {
 
 /// Changes to the webhook configurations (a blanked caBundle, a deleted configuration) wake the
 /// leader and the readiness check at once.
-async fn watch_configurations(client: Client, kick: Arc<Notify>) {
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+async fn watch_configurations(client: Client, mode: Mode, kick: Arc<Notify>) {
+    let by_name = |name: &str| watcher::Config::default().fields(&format!("metadata.name={name}"));
+    // A shadow has no mutating configuration: that half never yields.
+    let m = match mode.mutating_configuration() {
+        Some(name) => {
+            let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+            watcher::watcher(mutating, by_name(name))
+                .default_backoff()
+                .map(|e| e.map(|_| ()))
+                .boxed()
+        }
+        None => futures::stream::pending().boxed(),
+    };
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client);
-    let m = watcher::watcher(
-        mutating,
-        watcher::Config::default().fields(&format!("metadata.name={MUTATING_CONFIGURATION}")),
-    )
-    .default_backoff()
-    .map(|e| e.map(|_| ()));
-    let v = watcher::watcher(
-        validating,
-        watcher::Config::default().fields(&format!("metadata.name={VALIDATING_CONFIGURATION}")),
-    )
-    .default_backoff()
-    .map(|e| e.map(|_| ()));
+    let v = watcher::watcher(validating, by_name(mode.validating_configuration()))
+        .default_backoff()
+        .map(|e| e.map(|_| ()))
+        .boxed();
     let mut events = std::pin::pin!(futures::stream::select(m, v));
     while let Some(event) = events.next().await {
         if let Err(e) = event {
@@ -353,7 +363,7 @@ async fn issue_as_leader(
             .desired
             .target
             .policy
-            .narrow_calls
+            .narrows()
             .then(|| webhook_keeper::PodReachSource::new(cache, config.narrow_hold)),
     };
     let mut wait = Duration::ZERO;
@@ -409,7 +419,7 @@ async fn check_readiness(
     let mut last_published: Option<Result<Vec<u8>, String>> = None;
     loop {
         let kicked = kick.notified();
-        match webhook_keeper::published_bundle(&client).await {
+        match webhook_keeper::published_bundle(&client, config.desired.target.policy.mode).await {
             Ok(published) => last_published = Some(published),
             Err(e) => tracing::debug!(
                 error = %e,
@@ -424,7 +434,7 @@ async fn check_readiness(
                 authority::verify_serving(&pair.cert_pem, bundle, config.policy.verify_host())
             }
         };
-        for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {
+        for (_, configuration) in config.desired.target.policy.mode.configurations() {
             metrics
                 .operator
                 .ca_bundle_in_sync

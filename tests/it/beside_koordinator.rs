@@ -220,11 +220,15 @@ async fn component_log(node: &Node, deployment: &str) -> String {
 }
 
 async fn rolled_out(node: &Node, deployment: &str, within: Duration) {
+    rolled_out_in(node, NAMESPACE, deployment, within).await
+}
+
+async fn rolled_out_in(node: &Node, namespace: &str, deployment: &str, within: Duration) {
     let out = node
         .kubectl(
             &[
                 "-n",
-                NAMESPACE,
+                namespace,
                 "rollout",
                 "status",
                 &format!("deployment/{deployment}"),
@@ -373,6 +377,9 @@ async fn migrates_from_koord_manager_and_back_under_load() {
     )
     .await;
 
+    // --- Step 0 of the README: a trial beside koord-manager's webhook.
+    shadow_trial(&node, &client).await;
+
     // --- The migration, the README's steps under load.
     let load = AdmissionLoad::start(client.clone(), 20);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -482,6 +489,151 @@ async fn migrates_from_koord_manager_and_back_under_load() {
         "the Service selects koord-manager's Pods"
     );
     assert!(profile_applies(&client).await);
+}
+
+/// The shadow install's namespace (`manifests --mode shadow`).
+const SHADOW: &str = "koord-webhook-shadow";
+
+/// Every stored object of the kinds Koordinator's install holds, with the managers that wrote it,
+/// but for the shadow's own (its namespace, its configuration, its ClusterRole's name).
+async fn written_by_koord_webhook(node: &Node) -> Vec<String> {
+    let text = node
+        .kubectl_ok(
+            &[
+                "get",
+                "mutatingwebhookconfigurations,validatingwebhookconfigurations,crds,secrets,\
+                 configmaps,services,deployments,leases,elasticquotas,clustercolocationprofiles,nodes",
+                "-A",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .await;
+    let list: Value = serde_json::from_str(&text).unwrap();
+    let mut written = Vec::new();
+    for item in list["items"].as_array().unwrap() {
+        let meta = &item["metadata"];
+        let (namespace, name) = (
+            meta["namespace"].as_str().unwrap_or_default(),
+            meta["name"].as_str().unwrap_or_default(),
+        );
+        if namespace == SHADOW || name == SHADOW {
+            continue;
+        }
+        let managers = meta["managedFields"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if managers.iter().any(|m| m["manager"] == "koord-webhook") {
+            written.push(format!("{} {namespace}/{name}", item["kind"]));
+        }
+    }
+    written
+}
+
+/// The README's step 0, a trial beside koord-manager's webhook: under the load the shadow install
+/// fails no admission (every Koordinator pod still mutated, by koord-manager) and writes nothing of
+/// Koordinator's; a pod only its stricter gate refuses (ValidatePodDeviceResource, off in
+/// koord-manager) is admitted and shows as a would-be denial in `status --mode shadow` (the
+/// replicas' `koord_webhook_admission_rule_results_total`); `uninstall --mode shadow` leaves
+/// Koordinator as it was.
+async fn shadow_trial(node: &Node, client: &kube::Client) {
+    assert_eq!(written_by_koord_webhook(node).await, Vec::<String>::new());
+    let load = AdmissionLoad::start(client.clone(), 20);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let started = Instant::now();
+    let args = [
+        "manifests",
+        "--mode",
+        "shadow",
+        "--feature-gates",
+        "ValidatePodDeviceResource=true",
+    ];
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(args)
+        .output()
+        .unwrap();
+    let rendered = support::succeeded(&args, &out);
+    node.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&rendered))
+        .await;
+    rolled_out_in(node, SHADOW, "koord-webhook", Duration::from_secs(180)).await;
+    let status = |wait: bool| {
+        let mut args = vec!["status", "--mode", "shadow", "-o", "json"];
+        if wait {
+            args.extend(["--wait", "--timeout", "2m"]);
+        }
+        async move {
+            let out = node.koord_webhook(&args).await;
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            (out.status.code(), report)
+        }
+    };
+    let (code, report) = status(true).await;
+    assert_eq!(code, Some(0), "the shadow healthy: {report}");
+    assert_eq!(report["readyEndpoints"], 2, "{report}");
+
+    // A GPU request only the stricter gate refuses: koord-manager admits it, the shadow counts it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let gpu = support::pod(
+        "default",
+        "gpu-trial",
+        json!({}),
+        json!({"koordinator.sh/gpu": "150"}),
+    );
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry_run, &gpu)
+        .await
+        .expect("koord-manager admits a GPU request of 150");
+    let rule = eventually(
+        Duration::from_secs(60),
+        "the would-be denial in `status --mode shadow`",
+        || async {
+            let (_, report) = status(false).await;
+            report["rules"]
+                .as_array()?
+                .iter()
+                .find(|r| r["rule"] == "DeviceResource" && r["wouldDeny"].as_u64() > Some(0))
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(rule["action"], "Audit", "{rule}");
+    assert_eq!(rule["denied"], 0, "{rule}");
+
+    let counts = load
+        .stop_after(started, "shadow beside koord-manager", None)
+        .await;
+    assert!(counts.koordinator_sent > 20, "{counts:?}");
+    assert_eq!(
+        written_by_koord_webhook(node).await,
+        Vec::<String>::new(),
+        "objects of Koordinator's written by koord-webhook"
+    );
+    let out = node
+        .koord_webhook(&["uninstall", "--mode", "shadow", "--delete-namespace"])
+        .await;
+    assert!(
+        out.status.success(),
+        "uninstall --mode shadow: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = node
+        .kubectl_ok(
+            &[
+                "get",
+                "validatingwebhookconfigurations,clusterroles",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert!(!left.contains(SHADOW), "left by uninstall: {left}");
+    assert!(profile_applies(client).await, "koord-manager still mutates");
 }
 
 /// A pod the spark profile turns into a BE pod with batch resources is bound by koord-scheduler to

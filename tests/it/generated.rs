@@ -222,6 +222,17 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
     assert!(!narrowed.contains("mpod-update.koordinator.sh"));
     assert!(narrowed.contains("name: koord-amplified-node"));
 
+    // A shadow beside koord-manager's webhook: the same objects from both, and none of them
+    // Koordinator's (what `shadow_touches_nothing_of_koordinators` checks).
+    let chart = helm_template(
+        "koord-webhook-shadow",
+        &["createNamespace=true", "mode=shadow"],
+    );
+    let binary = manifests(&["--mode=shadow"]);
+    assert!(chart.contains("- --mode=shadow"));
+    assert_same_objects(&chart, &binary, "shadow");
+    shadow_touches_nothing_of_koordinators(&binary);
+
     // Caller authentication: the client CA bundle from a ConfigMap or a Secret, mounted whole.
     for (value, flag) in [
         (
@@ -242,6 +253,93 @@ fn the_chart_and_the_manifests_command_render_the_same_objects() {
         assert!(!chart.contains("subPath:"));
         assert_same_objects(&chart, &binary, value);
     }
+}
+
+/// Whether an RBAC rule grants reads only.
+fn reads_only(rule: &serde_json::Value) -> bool {
+    let verbs = rule["verbs"].as_array().unwrap();
+    verbs
+        .iter()
+        .all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap()))
+}
+
+/// A shadow install (`manifests --mode shadow`) owns everything it makes and nothing of
+/// Koordinator's: no CRD, no mutating configuration, no object under a Koordinator name; every
+/// namespaced object in its own namespace but its reader of Koordinator's ConfigMaps; one
+/// validating configuration whose entries all fail open under names of its own, calling its own
+/// Service; and RBAC that writes only its configuration, Events and its own namespace's objects.
+fn shadow_touches_nothing_of_koordinators(rendered: &str) {
+    let objects = objects(rendered);
+    for (key, object) in &objects {
+        let kind = object["kind"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        assert_ne!(kind, "CustomResourceDefinition", "{key}");
+        assert_ne!(kind, "MutatingWebhookConfiguration", "{key}");
+        assert!(
+            !name.starts_with("koordinator"),
+            "{key}: a Koordinator name"
+        );
+        match namespace {
+            "" | "koord-webhook-shadow" => {}
+            "koordinator-system" => {
+                assert!(
+                    ["Role", "RoleBinding"].contains(&kind) && name == "koord-webhook-shadow",
+                    "{key}: only its ConfigMap reader lives beside Koordinator"
+                );
+                if kind == "Role" {
+                    for rule in object["rules"].as_array().unwrap() {
+                        assert!(reads_only(rule), "{key}: {rule}");
+                    }
+                }
+            }
+            other => panic!("{key}: in namespace {other}"),
+        }
+    }
+    let configuration = &objects["ValidatingWebhookConfiguration//koord-webhook-shadow"];
+    let entries = configuration["webhooks"].as_array().unwrap();
+    let names: Vec<&str> = entries
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    // Every endpoint's entries, the mutating ones among them.
+    for wanted in ["mpod-create", "vpod", "melasticquota", "velasticquota"] {
+        assert!(
+            names.contains(&format!("{wanted}.shadow.koord-webhook.io").as_str()),
+            "{wanted} missing from {names:?}"
+        );
+    }
+    for entry in entries {
+        assert_eq!(entry["failurePolicy"], "Ignore", "{}", entry["name"]);
+        assert_eq!(
+            entry["clientConfig"]["service"]["name"],
+            "koord-webhook-shadow"
+        );
+        assert!(entry.get("matchConditions").is_none(), "{}", entry["name"]);
+        assert!(
+            entry.get("reinvocationPolicy").is_none(),
+            "{}",
+            entry["name"]
+        );
+    }
+    let role = &objects["ClusterRole//koord-webhook-shadow"];
+    for rule in role["rules"].as_array().unwrap() {
+        if reads_only(rule) {
+            continue;
+        }
+        let resources = rule["resources"].as_array().unwrap();
+        let own_configuration = resources
+            == &[serde_json::json!("validatingwebhookconfigurations")]
+            && rule["resourceNames"] == serde_json::json!(["koord-webhook-shadow"]);
+        let events = resources.iter().all(|r| r == "events");
+        assert!(
+            own_configuration || events,
+            "the shadow's ClusterRole writes {rule}"
+        );
+    }
+    let deployment = &objects["Deployment/koord-webhook-shadow/koord-webhook"];
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--mode=shadow"), "{args}");
 }
 
 /// Any other `serve` flag: the chart's `serve:` value and `manifests --serve-flag` give the same
@@ -452,6 +550,7 @@ fn the_chart_refuses_bad_values() {
             "at '/replicaCount': minimum: got 0, want 1",
         ),
         ("image.digest=latest", "at '/image/digest'"),
+        ("mode=dry", "value must be one of 'enforce', 'shadow'"),
         (
             "webhooks.actions.mpod-create\\.koordinator\\.sh=Audit,webhooks.narrowCalls=false",
             "share the rules of /mutate-pod: name them both",

@@ -28,3 +28,4 @@ mod review_pod;
 mod rule_actions;
 mod server;
 mod server_limits;
+mod shadow;

@@ -16,6 +16,30 @@ app.kubernetes.io/name: koord-webhook
 {{- end }}
 {{- end }}
 
+{{/* "true" in a shadow install (`mode: shadow`), else "false"; any other mode fails. */}}
+{{- define "koord-webhook.shadow" -}}
+{{- if not (has .Values.mode (list "enforce" "shadow")) }}{{ fail (printf "mode: %q is neither enforce nor shadow" .Values.mode) }}{{ end }}
+{{- eq .Values.mode "shadow" }}
+{{- end }}
+
+{{/* The Service the entries call: Koordinator's name when enforcing, the shadow's own. */}}
+{{- define "koord-webhook.serviceName" -}}
+{{- ternary "koord-webhook-shadow" "koordinator-webhook-service" (eq (include "koord-webhook.shadow" .) "true") }}
+{{- end }}
+
+{{/* The name of what a shadow owns cluster-wide (ClusterRole, its Role beside Koordinator's
+     ConfigMaps), koord-webhook's otherwise. */}}
+{{- define "koord-webhook.clusterName" -}}
+{{- ternary "koord-webhook-shadow" "koord-webhook" (eq (include "koord-webhook.shadow" .) "true") }}
+{{- end }}
+
+{{/* Where Koordinator's ConfigMaps are read: `serve.config-namespace`, else the release's
+     namespace when enforcing, Koordinator's default one in a shadow. */}}
+{{- define "koord-webhook.configNamespace" -}}
+{{- $default := ternary "koordinator-system" .Release.Namespace (eq (include "koord-webhook.shadow" .) "true") }}
+{{- index .Values.serve "config-namespace" | default $default }}
+{{- end }}
+
 {{/* Whether gate (list $ name default) is on. */}}
 {{- define "koord-webhook.gateEnabled" -}}
 {{- $root := index . 0 }}{{ $name := index . 1 }}{{ $default := index . 2 }}
@@ -29,7 +53,7 @@ app.kubernetes.io/name: koord-webhook
 {{- range $key, $action := $actions }}
 {{- if ne $action "Audit" }}{{ fail (printf "webhooks.actions of %s: %q; an entry's action is Audit" $key $action) }}{{ end }}
 {{- end }}
-{{- or (hasKey $actions "all") (hasKey $actions $name) }}
+{{- or (eq (include "koord-webhook.shadow" $root) "true") (hasKey $actions "all") (hasKey $actions $name) }}
 {{- end }}
 
 {{/* The failurePolicy of entry (list $ entry): Ignore in Audit, else its own value, else `all`,
@@ -60,11 +84,16 @@ app.kubernetes.io/name: koord-webhook
 {{- define "koord-webhook.entry" -}}
 {{- $root := index . 0 }}{{ $entry := index . 1 }}
 {{- $out := deepCopy $entry.base }}
-{{- $service := dict "name" "koordinator-webhook-service" "namespace" $root.Release.Namespace "path" $entry.path "port" 443 }}
+{{- if eq (include "koord-webhook.shadow" $root) "true" }}
+{{- /* A shadow's entries are all validating ones, under names of its own. */}}
+{{- $_ := set $out "name" (printf "%s.shadow.koord-webhook.io" (first (splitList "." $entry.name))) }}
+{{- $_ := unset $out "reinvocationPolicy" }}
+{{- end }}
+{{- $service := dict "name" (include "koord-webhook.serviceName" $root) "namespace" $root.Release.Namespace "path" $entry.path "port" 443 }}
 {{- $_ := set $out "clientConfig" (dict "service" $service) }}
 {{- $_ := set $out "failurePolicy" (include "koord-webhook.failurePolicy" (list $root $entry)) }}
 {{- $_ := set $out "timeoutSeconds" (int $root.Values.webhooks.timeoutSeconds) }}
-{{- if and $root.Values.webhooks.narrowCalls $entry.matchConditions }}
+{{- if and $root.Values.webhooks.narrowCalls (ne (include "koord-webhook.shadow" $root) "true") $entry.matchConditions }}
 {{- /* The replicas' user name in a condition names the release's namespace. */}}
 {{- $conditions := list }}
 {{- range $entry.matchConditions }}
@@ -74,6 +103,10 @@ app.kubernetes.io/name: koord-webhook
 {{- end }}
 {{- if $entry.excludeSystemNamespaces }}
 {{- $names := concat (list $root.Release.Namespace "kube-system") $root.Values.webhooks.excludeNamespaces }}
+{{- if and (eq (include "koord-webhook.shadow" $root) "true") (ne $root.Release.Namespace "koordinator-system") }}
+{{- /* A shadow also skips the namespace an enforcing install lives in (Koordinator's). */}}
+{{- $names = concat (list $root.Release.Namespace "koordinator-system" "kube-system") $root.Values.webhooks.excludeNamespaces }}
+{{- end }}
 {{- $expressions := list (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $names) }}
 {{- range $root.Values.webhooks.excludeNamespaceLabels }}
 {{- $kv := splitn "=" 2 . }}
@@ -96,6 +129,9 @@ app.kubernetes.io/name: koord-webhook
 {{- $gates := list }}
 {{- range $name, $on := . }}{{ $gates = append $gates (printf "%s=%t" $name $on) }}{{ end }}
 - --feature-gates={{ join "," $gates }}
+{{- end }}
+{{- if eq (include "koord-webhook.shadow" .) "true" }}
+- --mode=shadow
 {{- end }}
 {{- $timeout := int .Values.webhooks.timeoutSeconds }}
 {{- if or (lt $timeout 1) (gt $timeout 30) }}{{ fail "webhooks.timeoutSeconds must be 1-30" }}{{ end }}

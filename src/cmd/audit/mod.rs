@@ -86,7 +86,7 @@ const AUDIT_USER: &str = "koord-webhook-audit";
 pub async fn run(args: &AuditArgs) -> anyhow::Result<(String, bool)> {
     let client = crate::cluster_client::client(&args.cluster).await?;
     let (gates, settings) = if args.same_as_deployed {
-        super::deployed::flags(&client, &args.cluster.namespace).await?
+        super::deployed::flags(&client, args.cluster.namespace()).await?
     } else {
         (args.feature_gates.clone(), args.rules.settings())
     };

@@ -20,9 +20,7 @@ use serde::de::DeserializeOwned;
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::certs::authority;
 use crate::cli::{OutputFormat, StatusArgs};
-use crate::names::{
-    LEASE, MUTATING_CONFIGURATION, SECRET_TLS, SERVICE_NAME, VALIDATING_CONFIGURATION,
-};
+use crate::names::{LEASE, Mode, SECRET_TLS};
 use crate::operator::secrets::{self, PHASE_ANNOTATION};
 use crate::operator::webhook_keeper;
 
@@ -81,6 +79,8 @@ pub struct ObjectCount {
 #[derive(Clone, Debug)]
 pub struct Checks {
     pub namespace: String,
+    /// Which install (`--mode`): its configurations and Service.
+    pub mode: Mode,
     /// A certificate expiring sooner than this is a problem.
     pub expiry_threshold: Duration,
 }
@@ -152,14 +152,17 @@ fn leader_of(lease: Option<Lease>, problems: &mut Vec<String>) -> Option<String>
 }
 
 /// Ready endpoints behind the webhook Service; `None` when there is no Service (URL mode).
-async fn ready_endpoints(client: &Client, namespace: &str) -> kube::Result<Option<usize>> {
+async fn ready_endpoints(
+    client: &Client,
+    namespace: &str,
+    service: &str,
+) -> kube::Result<Option<usize>> {
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    if services.get_opt(SERVICE_NAME).await?.is_none() {
+    if services.get_opt(service).await?.is_none() {
         return Ok(None);
     }
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
-    let by_service =
-        ListParams::default().labels(&format!("kubernetes.io/service-name={SERVICE_NAME}"));
+    let by_service = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
     let ready = slices
         .list(&by_service)
         .await?
@@ -182,16 +185,17 @@ pub async fn collect(client: &Client, checks: &Checks) -> anyhow::Result<Status>
     let leader = leader_of(lease, &mut problems);
     let certificates = certificates(client, checks, &mut problems).await?;
     let (configurations, via_service) =
-        configurations(client, &certificates.trusted, &mut problems).await?;
+        configurations(client, checks.mode, &certificates.trusted, &mut problems).await?;
+    let service = checks.mode.service_name();
     let ready_endpoints = match via_service {
-        true => ready_endpoints(client, namespace).await?,
+        true => ready_endpoints(client, namespace, service).await?,
         false => None,
     };
     if ready_endpoints == Some(0) {
-        problems.push(format!("the Service {SERVICE_NAME} has no ready endpoint"));
+        problems.push(format!("the Service {service} has no ready endpoint"));
     }
     let objects = objects(client, namespace).await?;
-    let recent_events = recent_events(client, namespace).await?;
+    let recent_events = recent_events(client, namespace, checks.mode).await?;
     let (rules, rule_notes) = rules::collect(client, namespace).await;
 
     Ok(Status {
@@ -271,10 +275,11 @@ async fn certificates(
 /// problem), and whether any entry calls through the Service.
 async fn configurations(
     client: &Client,
+    mode: Mode,
     trusted: &str,
     problems: &mut Vec<String>,
 ) -> anyhow::Result<(Vec<ConfigurationStatus>, bool)> {
-    let published = webhook_keeper::published_entries(client).await?;
+    let published = webhook_keeper::published_entries(client, mode).await?;
     let via_service = published
         .iter()
         .flat_map(|(_, entries)| entries.iter().flatten())
@@ -343,13 +348,17 @@ async fn objects(client: &Client, namespace: &str) -> anyhow::Result<Vec<ObjectC
 }
 
 /// The ten latest Events of the namespace and of the webhook configurations, newest first.
-async fn recent_events(client: &Client, namespace: &str) -> anyhow::Result<Vec<String>> {
+async fn recent_events(
+    client: &Client,
+    namespace: &str,
+    mode: Mode,
+) -> anyhow::Result<Vec<String>> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let mut items = events.list(&ListParams::default().limit(PAGE)).await?.items;
     // Events about the webhook configurations (cluster-scoped, so kept in `default`): caBundle
     // writes and hand edits put back.
     let default: Api<Event> = Api::namespaced(client.clone(), "default");
-    for configuration in [MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION] {
+    for (_, configuration) in mode.configurations() {
         let about = ListParams::default()
             .fields(&format!("involvedObject.name={configuration}"))
             .limit(PAGE);
@@ -457,7 +466,8 @@ pub fn render_text(status: &Status) -> String {
 pub async fn run(args: &StatusArgs) -> anyhow::Result<(String, bool)> {
     let client = crate::cluster_client::client(&args.cluster).await?;
     let checks = Checks {
-        namespace: args.cluster.namespace.clone(),
+        namespace: args.cluster.namespace().to_owned(),
+        mode: args.cluster.mode,
         expiry_threshold: args.expiry_threshold,
     };
     let deadline = tokio::time::Instant::now() + args.timeout;

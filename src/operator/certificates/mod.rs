@@ -284,7 +284,7 @@ impl Issuer {
         // Rotation steps that wait on the published bundle or on time.
         let bundle_in_place = match plan.ca.phase {
             secrets::Phase::Publishing => matches!(
-                webhook_keeper::published_bundle(&self.client).await,
+                webhook_keeper::published_bundle(&self.client, self.desired.target.policy.mode).await,
                 Ok(Ok(b)) if b.as_slice() == plan.tls.bundle.as_bytes()
             ),
             _ => false,

@@ -444,7 +444,7 @@ fn a_draining_start_behind_this_clock_ends_the_phase_at_once() {
 #[test]
 fn a_bracketed_ipv6_webhook_host_is_issued_and_verified_without_brackets() {
     let policy = CertPolicy {
-        hosts: crate::operator::serving_hosts(Some("[::1]")),
+        hosts: crate::operator::serving_hosts(Some("[::1]"), crate::names::Mode::Enforce),
         ..policy()
     };
     assert_eq!(policy.verify_host(), "::1");

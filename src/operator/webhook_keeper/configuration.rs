@@ -13,7 +13,7 @@ use crate::entries::narrowing::pod::PodEntry;
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
 use crate::install::webhook_configurations;
-use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+use crate::names::Mode;
 
 /// The parts of an entry the operator reads and decides.
 #[derive(Debug)]
@@ -29,7 +29,9 @@ pub(super) struct EntryView<'a> {
 pub(super) trait Configuration:
     kube::Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug
 {
-    const NAME: &'static str;
+    /// Its name in an install of `mode`; `None` when such an install has none (a shadow's
+    /// mutating configuration).
+    fn name(mode: Mode) -> Option<&'static str>;
     /// The pod entry this configuration holds.
     const POD_ENTRY: PodEntry;
     fn entries(&self) -> Vec<EntryView<'_>>;
@@ -42,7 +44,9 @@ pub(super) trait Configuration:
 macro_rules! configuration {
     ($kind:ty, $name:expr, $pod_entry:expr, $render:path) => {
         impl Configuration for $kind {
-            const NAME: &'static str = $name;
+            fn name(mode: Mode) -> Option<&'static str> {
+                $name(mode)
+            }
             const POD_ENTRY: PodEntry = $pod_entry;
             fn entries(&self) -> Vec<EntryView<'_>> {
                 self.webhooks
@@ -71,13 +75,13 @@ macro_rules! configuration {
 
 configuration!(
     MutatingWebhookConfiguration,
-    MUTATING_CONFIGURATION,
+    Mode::mutating_configuration,
     PodEntry::Create,
     webhook_configurations::mutating
 );
 configuration!(
     ValidatingWebhookConfiguration,
-    VALIDATING_CONFIGURATION,
+    |mode: Mode| Some(mode.validating_configuration()),
     PodEntry::Validate,
     webhook_configurations::validating
 );

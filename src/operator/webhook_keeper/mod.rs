@@ -263,11 +263,15 @@ async fn converge<C: Configuration>(
         absence,
         pods,
     } = *keeper;
+    let Some(name) = C::name(desired.target.policy.mode) else {
+        // This install has no configuration of this kind (a shadow's mutating one).
+        return Ok(None);
+    };
     let api: Api<C> = Api::all(client.clone());
-    let current = api.get_opt(C::NAME).await?;
+    let current = api.get_opt(name).await?;
     let mut desired = desired.clone();
     let reach = match (&current, pods) {
-        (Some(current), Some(source)) if desired.target.policy.narrow_calls => {
+        (Some(current), Some(source)) if desired.target.policy.narrows() => {
             let json = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
             Some(source.plan(&json, C::POD_ENTRY, &desired.gates, &mut desired.target))
         }
@@ -275,10 +279,10 @@ async fn converge<C: Configuration>(
     };
     let want = C::desired(&desired.gates, &desired.target, bundle);
     if current.is_some() {
-        absence.present(C::NAME);
-    } else if !absence.may_create(C::NAME) {
+        absence.present(name);
+    } else if !absence.may_create(name) {
         tracing::warn!(
-            configuration = C::NAME,
+            configuration = name,
             after = ?RECREATE_AFTER,
             "the webhook configuration was deleted; re-created if still missing after a while (an uninstall stops the replicas first)"
         );
@@ -289,7 +293,7 @@ async fn converge<C: Configuration>(
         // Server-side apply rather than a create: RBAC limits an apply's create by name.
         fence.check()?;
         api.patch(
-            C::NAME,
+            name,
             &PatchParams::apply(FIELD_MANAGER),
             &Patch::Apply(&want),
         )
@@ -329,8 +333,7 @@ async fn converge<C: Configuration>(
         ..Default::default()
     };
     fence.check()?;
-    api.patch(C::NAME, &params, &Patch::<()>::Json(patch))
-        .await?;
+    api.patch(name, &params, &Patch::<()>::Json(patch)).await?;
     Ok(Some(Written {
         reference: current.object_ref(&()),
         fields: repaired,
@@ -348,10 +351,10 @@ async fn converge_or_widen<C: Configuration>(
 ) -> Result<Option<Written>, WriteError> {
     match converge::<C>(keeper, desired, bundle).await {
         Err(WriteError::Api(kube::Error::Api(refusal)))
-            if refusal.code == 422 && desired.target.policy.narrow_calls =>
+            if refusal.code == 422 && desired.target.policy.narrows() =>
         {
             tracing::warn!(
-                configuration = C::NAME,
+                configuration = C::name(desired.target.policy.mode),
                 error = %refusal.message,
                 "the API server refused the narrowed webhook entries; writing them wide"
             );

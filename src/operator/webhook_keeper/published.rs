@@ -7,7 +7,7 @@ use kube::Client;
 use kube::api::Api;
 
 use super::configuration::Configuration;
-use crate::names::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
+use crate::names::Mode;
 
 /// One entry as the API server has it.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,9 +21,12 @@ pub struct PublishedEntry {
     pub match_conditions: Vec<String>,
 }
 
-async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec<PublishedEntry>>> {
+async fn published<C: Configuration>(
+    client: &Client,
+    name: &str,
+) -> kube::Result<Option<Vec<PublishedEntry>>> {
     let api: Api<C> = Api::all(client.clone());
-    Ok(api.get_opt(C::NAME).await?.map(|config| {
+    Ok(api.get_opt(name).await?.map(|config| {
         config
             .entries()
             .iter()
@@ -48,27 +51,30 @@ async fn published<C: Configuration>(client: &Client) -> kube::Result<Option<Vec
     }))
 }
 
-/// The entries of both configurations by configuration name; `None` for a missing configuration.
+/// The entries of the install's configurations by configuration name; `None` for a missing one.
 pub async fn published_entries(
     client: &Client,
-) -> kube::Result<[(&'static str, Option<Vec<PublishedEntry>>); 2]> {
-    Ok([
-        (
-            MUTATING_CONFIGURATION,
-            published::<MutatingWebhookConfiguration>(client).await?,
-        ),
-        (
-            VALIDATING_CONFIGURATION,
-            published::<ValidatingWebhookConfiguration>(client).await?,
-        ),
-    ])
+    mode: Mode,
+) -> kube::Result<Vec<(&'static str, Option<Vec<PublishedEntry>>)>> {
+    let mut all = Vec::new();
+    if let Some(name) = mode.mutating_configuration() {
+        let entries = published::<MutatingWebhookConfiguration>(client, name).await?;
+        all.push((name, entries));
+    }
+    let name = mode.validating_configuration();
+    let entries = published::<ValidatingWebhookConfiguration>(client, name).await?;
+    all.push((name, entries));
+    Ok(all)
 }
 
 /// The bundle the API server uses for every entry of both configurations: `Ok(Err(why))` when they
 /// do not all carry the same non-empty one; `Err` when they could not be read.
-pub async fn published_bundle(client: &Client) -> kube::Result<Result<Vec<u8>, String>> {
+pub async fn published_bundle(
+    client: &Client,
+    mode: Mode,
+) -> kube::Result<Result<Vec<u8>, String>> {
     let mut all = Vec::new();
-    for (name, entries) in published_entries(client).await? {
+    for (name, entries) in published_entries(client, mode).await? {
         match entries {
             None => return Ok(Err(format!("{name} does not exist"))),
             Some(entries) => all.extend(entries.into_iter().map(|e| e.ca_bundle)),
