@@ -534,12 +534,16 @@ async fn written_by_koord_webhook(node: &Node) -> Vec<String> {
 
 /// The README's step 0, a trial beside koord-manager's webhook: under the load the shadow install
 /// fails no admission (every Koordinator pod still mutated, by koord-manager) and writes nothing of
-/// Koordinator's; a pod only its stricter gate refuses (ValidatePodDeviceResource, off in
-/// koord-manager) is admitted and shows as a would-be denial in `status --mode shadow` (the
+/// Koordinator's; a pod only its stricter gate refuses (EnablePodEnhancedValidator, off in
+/// koord-manager v1.8.0) is admitted and shows as a would-be denial in `status --mode shadow` (the
 /// replicas' `koord_webhook_admission_rule_results_total`); `uninstall --mode shadow` leaves
 /// Koordinator as it was.
 async fn shadow_trial(node: &Node, client: &kube::Client) {
     assert_eq!(written_by_koord_webhook(node).await, Vec::<String>::new());
+    // Rules for EnablePodEnhancedValidator, which koord-manager v1.8.0 has off by default: every pod
+    // must carry a label none of the load's pods carry.
+    node.kubectl_ok(&["apply", "-f", "-"], Some(ENHANCED_VALIDATOR_RULES))
+        .await;
     let load = AdmissionLoad::start(client.clone(), 20);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let started = Instant::now();
@@ -548,7 +552,7 @@ async fn shadow_trial(node: &Node, client: &kube::Client) {
         "--mode",
         "shadow",
         "--feature-gates",
-        "ValidatePodDeviceResource=true",
+        "EnablePodEnhancedValidator=true",
     ];
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
         .args(args)
@@ -572,22 +576,24 @@ async fn shadow_trial(node: &Node, client: &kube::Client) {
     let (code, report) = status(true).await;
     assert_eq!(code, Some(0), "the shadow healthy: {report}");
     assert_eq!(report["readyEndpoints"], 2, "{report}");
+    // Until its replicas publish their CA (seconds after the apply), the API server's calls to the
+    // new entries fail open; from healthy on, every answer must be taken.
+    let api_calls = || async {
+        let metrics = node.kubectl_ok(&["get", "--raw", "/metrics"], None).await;
+        support::webhook_calls(&metrics, ".shadow.koord-webhook.io")
+    };
+    let healthy = api_calls().await;
 
-    // A GPU request only the stricter gate refuses: koord-manager admits it, the shadow counts it.
+    // A pod without the required label: koord-manager admits it, the shadow counts it.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let gpu = support::pod(
-        "default",
-        "gpu-trial",
-        json!({}),
-        json!({"koordinator.sh/gpu": "150"}),
-    );
+    let unlabelled = support::pod("default", "trial-1", json!({}), json!({}));
     let dry_run = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    pods.create(&dry_run, &gpu)
+    pods.create(&dry_run, &unlabelled)
         .await
-        .expect("koord-manager admits a GPU request of 150");
+        .expect("koord-manager admits a pod without the required label");
     let rule = eventually(
         Duration::from_secs(60),
         "the would-be denial in `status --mode shadow`",
@@ -596,7 +602,7 @@ async fn shadow_trial(node: &Node, client: &kube::Client) {
             report["rules"]
                 .as_array()?
                 .iter()
-                .find(|r| r["rule"] == "DeviceResource" && r["wouldDeny"].as_u64() > Some(0))
+                .find(|r| r["rule"] == "PodEnhancedValidator" && r["wouldDeny"].as_u64() > Some(0))
                 .cloned()
         },
     )
@@ -608,6 +614,28 @@ async fn shadow_trial(node: &Node, client: &kube::Client) {
         .stop_after(started, "shadow beside koord-manager", None)
         .await;
     assert!(counts.koordinator_sent > 20, "{counts:?}");
+    // The shadow was called for the load and, once healthy, every answer of its was taken.
+    let calls = api_calls().await;
+    eprintln!(
+        "shadow beside koord-manager: the API server's calls (and fail-opens) per entry, \
+         when it was healthy: {healthy:?}, at the end: {calls:?}"
+    );
+    let since = |entry: &str| {
+        let (c0, f0) = healthy.get(entry).copied().unwrap_or_default();
+        calls
+            .get(entry)
+            .map(|(c, f)| (c - c0, f - f0))
+            .unwrap_or_default()
+    };
+    let (pod_calls, _) = since("mpod-create.shadow.koord-webhook.io");
+    assert!(pod_calls >= 20, "{calls:?} for {counts:?}");
+    for entry in calls.keys() {
+        assert_eq!(
+            since(entry).1,
+            0,
+            "{entry} failed open once healthy: {calls:?}"
+        );
+    }
     assert_eq!(
         written_by_koord_webhook(node).await,
         Vec::<String>::new(),
@@ -634,7 +662,22 @@ async fn shadow_trial(node: &Node, client: &kube::Client) {
         .await;
     assert!(!left.contains(SHADOW), "left by uninstall: {left}");
     assert!(profile_applies(client).await, "koord-manager still mutates");
+    node.kubectl_ok(
+        &["delete", "-f", "-", "--ignore-not-found"],
+        Some(ENHANCED_VALIDATOR_RULES),
+    )
+    .await;
 }
+
+/// The enhanced-validator rules of the trial: every pod must be labelled `trial-team`.
+const ENHANCED_VALIDATOR_RULES: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: pod-enhanced-validator-config, namespace: koordinator-system}
+data:
+  enable: "true"
+  rules: '[{"name": "trial", "requiredLabels": ["trial-team"]}]'
+"#;
 
 /// A pod the spark profile turns into a BE pod with batch resources is bound by koord-scheduler to
 /// the node, whose batch allocatable koord-manager's node-resource controller computed. No koordlet

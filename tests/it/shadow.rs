@@ -279,6 +279,21 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
             "{annotations:?}"
         );
     }
+    // Every answer of the shadow's was taken: its entries were called (the mutating paths through
+    // validating entries among them) and none failed open.
+    let api_metrics = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let calls = support::webhook_calls(&api_metrics, ".shadow.koord-webhook.io");
+    for entry in ["mpod-create", "vpod", "velasticquota"] {
+        let (called, _) = calls[&format!("{entry}.shadow.koord-webhook.io")];
+        assert!(called > 0, "{entry} never called: {calls:?}");
+    }
+    assert!(
+        calls.values().all(|(_, failed)| *failed == 0),
+        "failed open: {calls:?}"
+    );
     let replica_log = replica.log_text();
     assert!(
         replica_log.contains("would deny"),

@@ -198,3 +198,39 @@ impl TestServer {
         self.ops_handle.stop(true).await;
     }
 }
+
+/// From the API server's `/metrics`: per webhook entry whose name ends with `suffix`, how many
+/// calls it made (`apiserver_admission_webhook_admission_duration_seconds_count`, every operation
+/// and outcome) and how many failed open (`apiserver_admission_webhook_fail_open_count`: an error
+/// that `failurePolicy: Ignore` hid, such as a response the API server could not take).
+pub fn webhook_calls(
+    metrics: &str,
+    suffix: &str,
+) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut out = std::collections::BTreeMap::<String, (u64, u64)>::new();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let calls =
+            line.starts_with("apiserver_admission_webhook_admission_duration_seconds_count{");
+        let failed = line.starts_with("apiserver_admission_webhook_fail_open_count{");
+        let Some(name) = line
+            .split("name=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .filter(|name| (calls || failed) && name.ends_with(suffix))
+        else {
+            continue;
+        };
+        let value = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64;
+        let entry = out.entry(name.to_owned()).or_default();
+        if calls {
+            entry.0 += value;
+        } else {
+            entry.1 += value;
+        }
+    }
+    out
+}
