@@ -57,6 +57,13 @@ RATES = (50, 200, None)  # None: as fast as the client goes
 FIRST_BUCKET = "0.005"
 # Each figure is the median of this many runs.
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+# Which workloads and cases to run (comma-separated; all by default): `BENCH_WORKLOADS=koordinator
+# BENCH_CASES=none,koord-webhook,go-peer,floor` is issue 45's comparison alone (about 15 minutes).
+WORKLOADS = set(filter(None, os.environ.get("BENCH_WORKLOADS", "plain,koordinator").split(",")))
+CASES = os.environ.get("BENCH_CASES")
+# How long the API server is watched idle in each case (nothing sent), to tell its background cost
+# (the webhook's own API traffic: leases, readiness reads, watches) from its cost per create.
+IDLE_SECONDS = int(os.environ.get("BENCH_IDLE_SECONDS", "30"))
 # A directory: the API server's CPU profile of every Koordinator-workload run is saved there
 # (`go tool pprof -top FILE`), to see where its time goes per webhook.
 PPROF = os.environ.get("BENCH_PPROF")
@@ -315,8 +322,12 @@ PROFILE = [
               "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}},
 ]
 # (workload, dry run, rate): plain pods everywhere, Koordinator pods dry-run at two rates.
-RUNS = [("plain", d, r) for d in (True, False) for r in RATES] + \
-    [("koordinator", True, r) for r in (50, 200)]
+RUNS = [run for run in [("plain", d, r) for d in (True, False) for r in RATES]
+        + [("koordinator", True, r) for r in (50, 200)] if run[0] in WORKLOADS]
+
+
+def wanted(case):
+    return CASES is None or case.replace(" ", "-") in CASES.replace(" ", "-").split(",")
 
 
 def load(cluster, oha, dry_run, rate, duration, workload="plain"):
@@ -398,9 +409,21 @@ def median_of(runs):
     return out
 
 
+def idle(cluster, seconds):
+    """The API server's CPU while nothing is sent, ms per second: its background and whatever the
+    case's webhook asks of it on its own (leases, reads, watches)."""
+    cpu = cluster.apiserver_cpu()
+    time.sleep(seconds)
+    return (cluster.apiserver_cpu() - cpu) * 1000 / seconds
+
+
 def measure(cluster, oha, record, case, namespace, names, duration):
     # A short warm-up: connections, the API server's webhook clients, the webhook's caches.
     load(cluster, oha, True, 50, 2)
+    if IDLE_SECONDS:
+        runs = [{"apiserver_cpu_ms_per_s": idle(cluster, IDLE_SECONDS)} for _ in range(ROUNDS)]
+        record("apiserver", case, "idle", median_of(runs), seconds=IDLE_SECONDS, rounds=ROUNDS,
+               each=[r["apiserver_cpu_ms_per_s"] for r in runs])
     for workload, dry_run, rate in RUNS:
         endpoint = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
         if workload != "plain":
@@ -437,34 +460,45 @@ def run(log, record, oha, koord, duration):
                             "crd/clustercolocationprofiles.config.koordinator.sh")
             cluster.apply(PROFILE)
             names = entry_names()
-            log("apiserver: no webhook")
-            measure(cluster, oha, record, "none", None, names, duration)
-            log("apiserver: koord-webhook from manifests/install.yaml, rendered --narrow-calls=off")
-            install_koord(cluster, koord, wide=True)
-            measure(cluster, oha, record, "koord-webhook wide", "koordinator-system", names, duration)
-            uninstall_koord(cluster, koord)
-            log("apiserver: koord-webhook from manifests/install.yaml, pod entries narrowed")
-            install_koord(cluster)
-            wait_narrowed(cluster, log)
-            measure(cluster, oha, record, "koord-webhook", "koordinator-system", names, duration)
-            written = written_pod_entries(cluster)
-            uninstall_koord(cluster, koord)
-            log("apiserver: the narrowed pod entries alone, nothing called")
-            cluster.apply(conditions_only(written))
-            measure(cluster, oha, record, "conditions only", None, names, duration)
-            for kind, webhooks in written.items():
-                for w in webhooks:
-                    w["matchConditions"] = [{"name": "never", "expression": "false"}]
-            log("apiserver: the same entries with the condition `false`")
-            cluster.apply(conditions_only(written))
-            measure(cluster, oha, record, "condition false", None, names, duration)
-            for kind, _ in written.items():
-                cluster.kubectl("delete", kind.lower(), f"conditions-only-{kind.lower()}")
-            log("apiserver: the Go peer, same entries")
-            install_peer(cluster, d)
-            measure(cluster, oha, record, "go-peer", PEER_NAMESPACE, names, duration)
-            log("apiserver: the floor webhook (the peer's Pods with --floor), same entries")
-            install_peer(cluster, d, floor=True)
-            measure(cluster, oha, record, "floor", PEER_NAMESPACE, names, duration)
+            if wanted("none"):
+                log("apiserver: no webhook")
+                measure(cluster, oha, record, "none", None, names, duration)
+            if wanted("koord-webhook wide"):
+                log("apiserver: koord-webhook from manifests/install.yaml, rendered --narrow-calls=off")
+                install_koord(cluster, koord, wide=True)
+                measure(cluster, oha, record, "koord-webhook wide", "koordinator-system", names, duration)
+                uninstall_koord(cluster, koord)
+            conditions = [c for c in ("conditions only", "condition false") if wanted(c)]
+            if wanted("koord-webhook") or conditions:
+                log("apiserver: koord-webhook from manifests/install.yaml, pod entries narrowed")
+                install_koord(cluster)
+                wait_narrowed(cluster, log)
+                if wanted("koord-webhook"):
+                    measure(cluster, oha, record, "koord-webhook", "koordinator-system", names, duration)
+                written = written_pod_entries(cluster)
+                uninstall_koord(cluster, koord)
+            if "conditions only" in conditions:
+                log("apiserver: the narrowed pod entries alone, nothing called")
+                cluster.apply(conditions_only(written))
+                measure(cluster, oha, record, "conditions only", None, names, duration)
+            if "condition false" in conditions:
+                for kind, webhooks in written.items():
+                    for w in webhooks:
+                        w["matchConditions"] = [{"name": "never", "expression": "false"}]
+                log("apiserver: the same entries with the condition `false`")
+                cluster.apply(conditions_only(written))
+                measure(cluster, oha, record, "condition false", None, names, duration)
+            if conditions:
+                for kind, _ in written.items():
+                    cluster.kubectl("delete", kind.lower(), f"conditions-only-{kind.lower()}",
+                                    "--ignore-not-found")
+            if wanted("go-peer"):
+                log("apiserver: the Go peer, same entries")
+                install_peer(cluster, d)
+                measure(cluster, oha, record, "go-peer", PEER_NAMESPACE, names, duration)
+            if wanted("floor"):
+                log("apiserver: the floor webhook (the peer's Pods with --floor), same entries")
+                install_peer(cluster, d, floor=True)
+                measure(cluster, oha, record, "floor", PEER_NAMESPACE, names, duration)
         finally:
             cluster.down()

@@ -581,7 +581,31 @@ def measure(name, koord, api, cp_dir, kubeconfig, size, quotas, restarts, workdi
             r.stop()
     time.sleep(5)
     result["apiserver_rss_without"] = rss(pid_of_apiserver(cp_dir))
+    log(f"{name}: koord-webhook audit over the whole state")
+    result["audit"] = audit_state(koord, kubeconfig, workdir)
+    log(f"{name}: audit: {result['audit']}")
     return result
+
+
+def audit_state(koord, kubeconfig, workdir):
+    """`koord-webhook audit` as a user runs it against this state (every stored object, page by
+    page): its time, its peak RSS (the kernel's count for the child), its exit code and what it
+    checked and found."""
+    started = time.time()
+    out_path, err_path = os.path.join(workdir, "audit.json"), os.path.join(workdir, "audit.err")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen([koord, "audit", "--kubeconfig", kubeconfig, "-o", "json"],
+                                stdout=out, stderr=err, env=dict(os.environ, **image_env()))
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    try:
+        report = json.load(open(out_path))
+    except ValueError:
+        report = {}
+    return {"exit": proc.returncode, "seconds": time.time() - started,
+            "peak_rss": usage.ru_maxrss * 1024, "checked": report.get("checked", {}),
+            "found": report.get("objectsFound"),
+            "error": None if report else open(err_path).read()[-500:]}
 
 
 def measure_manager(path, crds, api, cp_dir, kubeconfig, restarts, workdir):
@@ -694,6 +718,18 @@ def table(size_name, size, results):
             q, b = r["quota_creates"], r["pod_burst"]
             lines.append(f"| {r['build']} | {q['per_s']:.0f} | {q['p50_s'] * 1000:.0f} / {q['p99_s'] * 1000:.0f} ms | "
                          f"{q['busy_answers']} | {q['failures']} | {b['admitted']} | {b['refused']} ({b['conflicts']}) |")
+    audited = [r for r in results if r.get("audit")]
+    if audited:
+        lines += ["", "| build | `koord-webhook audit` over the state | peak RSS (x a replica's steady) | "
+                      "objects checked | found | exit |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in audited:
+            a = r["audit"]
+            steady = max(r.get("steady") or [0])
+            times = f" ({a['peak_rss'] / steady:.2f}x)" if steady else ""
+            checked = ", ".join(f"{n:,} {k}" for k, n in sorted(a["checked"].items())) or "-"
+            lines.append(f"| {r['build']} | {a['seconds']:.1f} s | {a['peak_rss'] / MIB:.0f} MiB{times} | "
+                         f"{checked} | {a['found']} | {a['exit']} |")
     return "\n".join(lines)
 
 
@@ -791,10 +827,10 @@ def main():
     if args.results:
         write_results(args.results, args.size, text)
     if args.check is not None:
-        failures = check(results, args.check)
+        failures = check(results, args.check, size)
         for f in failures:
             print(f"scale check failed: {f}")
-        checks = sum(len(r.get("restarts", [])) * 2 + 1 for r in results) or 1
+        checks = sum(len(r.get("restarts", [])) * 2 + 1 + ("audit" in r) for r in results) or 1
         print(f"scale: {checks - len(failures)} passed, {len(failures)} failed")
         raise SystemExit(1 if failures else 0)
 
@@ -812,7 +848,7 @@ def write_results(path, size_name, text):
         f.write(body)
 
 
-def check(results, ratio):
+def check(results, ratio, size):
     """Each replica's peak through each restart against its own steady RSS, readiness after, and
     the refused creates."""
     failures = []
@@ -837,6 +873,10 @@ def check(results, ratio):
         if r.get("quota_creates", {}).get("failures"):
             failures.append(f"{r['build']}: {r['quota_creates']['failures']} quota creates refused: "
                             f"{r['quota_creates']['examples'][:2]}")
+        a = r.get("audit")
+        if a and (a["exit"] not in (0, 1) or a["checked"].get("Pod", 0) < size["pods"]
+                  or a["checked"].get("Node", 0) < size["nodes"]):
+            failures.append(f"{r['build']}: audit exit {a['exit']}, checked {a['checked']}: {a['error']}")
         if r["load"]["refused"]:
             failures.append(f"{r['build']}: {r['load']['refused']} creates refused by the webhook: "
                             f"{r['load']['refusals'][:3]}")
