@@ -68,7 +68,7 @@ pub enum Mode {
     Enforce,
     /// Beside koord-manager's webhook, to try koord-webhook first: its own namespace, names and CA,
     /// one validating configuration, every rule in Audit, `failurePolicy: Ignore`, and no write to
-    /// anything of Koordinator's (docs/migration.md, "A trial beside koord-manager").
+    /// anything of Koordinator's (docs/migration.md, "Step 0: a trial beside koord-manager").
     Shadow,
 }
 
