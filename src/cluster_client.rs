@@ -31,9 +31,7 @@ pub struct ClusterFlags {
 impl ClusterFlags {
     /// The install's namespace: `--namespace`, else its mode's default.
     pub fn namespace(&self) -> &str {
-        self.namespace
-            .as_deref()
-            .unwrap_or(self.mode.default_namespace())
+        self.mode.namespace_or(self.namespace.as_deref())
     }
 }
 

@@ -21,11 +21,7 @@ fn main() -> ExitCode {
     }
     let own_namespace = match &cli.command {
         Command::Serve(args) => Some(args.namespace.as_str()),
-        Command::Manifests(args) => Some(
-            args.namespace
-                .as_deref()
-                .unwrap_or(args.entries.mode.default_namespace()),
-        ),
+        Command::Manifests(args) => Some(args.entries.mode.namespace_or(args.namespace.as_deref())),
         Command::Status(args) => Some(args.cluster.namespace()),
         Command::Audit(args) => Some(args.cluster.namespace()),
         Command::Uninstall(args) => Some(args.cluster.namespace()),

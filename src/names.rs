@@ -87,6 +87,11 @@ impl Mode {
             Mode::Shadow => SHADOW,
         }
     }
+
+    /// `--namespace` when given, else [`Mode::default_namespace`].
+    pub fn namespace_or(self, given: Option<&str>) -> &str {
+        given.unwrap_or(self.default_namespace())
+    }
 }
 
 /// The shadow install's name for everything cluster-wide it owns (its configuration, Service,

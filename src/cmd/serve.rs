@@ -147,21 +147,21 @@ fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> 
     }
 }
 
+/// The rules' settings for this replica's install mode (where Koordinator's ConfigMaps are read).
+fn rule_settings(args: &ServeArgs) -> Settings {
+    args.rules.settings_in(args.operator.entries.mode)
+}
+
 /// Per rule and namespace, one WouldDeny Event at once and at most one more per window.
 const WOULD_DENY_EVENT_WINDOW: Duration = Duration::from_secs(60);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
     if args.state.is_none() && args.operator.leader_elect {
-        operator_config(
-            &args.operator,
-            args.port,
-            gates,
-            &args.rules.settings_in(args.operator.entries.mode),
-        )
-        .lease
-        .validate()
-        .map_err(anyhow::Error::msg)?;
+        operator_config(&args.operator, args.port, gates, &rule_settings(&args))
+            .lease
+            .validate()
+            .map_err(anyhow::Error::msg)?;
     }
     let resolver = Arc::new(CertResolver::new());
     let pair_files = load_serving_pair(&args, &resolver)?;
@@ -182,13 +182,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
 
-    let identity = operator_config(
-        &args.operator,
-        args.port,
-        gates,
-        &args.rules.settings_in(args.operator.entries.mode),
-    )
-    .identity;
+    let identity =
+        operator_config(&args.operator, args.port, gates, &rule_settings(&args)).identity;
     let services = services(
         &args,
         operator.as_ref().map(|(client, _)| client),
@@ -198,10 +193,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
-    let mut settings = args
-        .rules
-        .settings_in(args.operator.entries.mode)
-        .auditing_endpoints(&audited);
+    let mut settings = rule_settings(&args).auditing_endpoints(&audited);
     match &operator {
         // A shadow keeps no record of its own on quotas, so it has none to guard (and must not
         // refuse another writer's, an enforcing koord-webhook's): its own user stays unknown.
@@ -268,12 +260,7 @@ fn start_operator(
     state: &Arc<State>,
 ) -> (watch::Sender<bool>, AbortHandle) {
     let (stop, stopped) = watch::channel(false);
-    let config = operator_config(
-        &args.operator,
-        args.port,
-        gates,
-        &args.rules.settings_in(args.operator.entries.mode),
-    );
+    let config = operator_config(&args.operator, args.port, gates, &rule_settings(args));
     tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
     if let Some(limit) = args.limits.memory_limit {
         let recorder = Recorder::new(client.clone(), operator::reporter(&config.identity));

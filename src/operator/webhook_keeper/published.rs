@@ -21,12 +21,17 @@ pub struct PublishedEntry {
     pub match_conditions: Vec<String>,
 }
 
+/// The install's configuration of kind `C` (`None` when an install of `mode` has none) by name,
+/// with its entries (`None` when it is missing).
 async fn published<C: Configuration>(
     client: &Client,
-    name: &str,
-) -> kube::Result<Option<Vec<PublishedEntry>>> {
+    mode: Mode,
+) -> kube::Result<Option<(&'static str, Option<Vec<PublishedEntry>>)>> {
+    let Some(name) = C::name(mode) else {
+        return Ok(None);
+    };
     let api: Api<C> = Api::all(client.clone());
-    Ok(api.get_opt(name).await?.map(|config| {
+    let entries = api.get_opt(name).await?.map(|config| {
         config
             .entries()
             .iter()
@@ -48,7 +53,8 @@ async fn published<C: Configuration>(
                     .collect(),
             })
             .collect()
-    }))
+    });
+    Ok(Some((name, entries)))
 }
 
 /// The entries of the install's configurations by configuration name; `None` for a missing one.
@@ -56,15 +62,9 @@ pub async fn published_entries(
     client: &Client,
     mode: Mode,
 ) -> kube::Result<Vec<(&'static str, Option<Vec<PublishedEntry>>)>> {
-    let mut all = Vec::new();
-    if let Some(name) = mode.mutating_configuration() {
-        let entries = published::<MutatingWebhookConfiguration>(client, name).await?;
-        all.push((name, entries));
-    }
-    let name = mode.validating_configuration();
-    let entries = published::<ValidatingWebhookConfiguration>(client, name).await?;
-    all.push((name, entries));
-    Ok(all)
+    let mutating = published::<MutatingWebhookConfiguration>(client, mode).await?;
+    let validating = published::<ValidatingWebhookConfiguration>(client, mode).await?;
+    Ok(mutating.into_iter().chain(validating).collect())
 }
 
 /// The bundle the API server uses for every entry of both configurations: `Ok(Err(why))` when they
