@@ -5,8 +5,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use koord_webhook::admission::Admission;
-use koord_webhook::entries::EndpointName;
 use koord_webhook::cache::load::load_state;
+use koord_webhook::entries::EndpointName;
 use koord_webhook::features::FeatureGates;
 use koord_webhook::metrics::Metrics;
 use koord_webhook::resources::Qty;
@@ -18,8 +18,14 @@ use koord_webhook::slo_config::{self, CheckEnv, ConfigKey, SystemForQos};
 fn admission() -> &'static (Admission, tokio::runtime::Runtime) {
     static ADMISSION: OnceLock<(Admission, tokio::runtime::Runtime)> = OnceLock::new();
     ADMISSION.get_or_init(|| {
-        let state = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/state");
-        let cache = load_state(std::path::Path::new(state))
+        // The fuzz crate's directory, or the main crate's when tests/it replays the seeds.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let repo = if dir.ends_with("fuzz") {
+            dir.parent().expect("fuzz/ has a parent")
+        } else {
+            dir
+        };
+        let cache = load_state(&repo.join("tests/fixtures/state"))
             .expect("the fixture state loads")
             .reader();
         let gates: FeatureGates = "EnableQuotaAdmission=true,MultiQuotaTree=true"

@@ -13,6 +13,7 @@ mod cache_watch;
 mod conformance;
 mod control_plane;
 mod deadline;
+mod fuzz_seeds;
 pub(crate) mod generated;
 mod image_architectures;
 mod layers;

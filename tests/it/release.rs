@@ -2,7 +2,7 @@
 //! links, the provenance names the commit, `Cargo.lock` and the index it built, the signature checks
 //! with the release's public key, and `--verify` refuses a changed file or a changed digest. The
 //! binaries carry their dependency list (cargo auditable). The second build compared byte for byte
-//! is `scripts/release --reproduce`, which `scripts/test` runs on its own (a cold build).
+//! is `scripts/release --reproduce`, which `scripts/test` runs on its own (`--warm-deps`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
