@@ -1173,8 +1173,9 @@ async fn helm_install_upgrade_uninstall(node: &Node, client: &kube::Client) {
     assert_eq!(
         status.status.code(),
         Some(0),
-        "healthy after helm upgrade: {}",
-        String::from_utf8_lossy(&status.stdout)
+        "healthy after helm upgrade: {}{}",
+        String::from_utf8_lossy(&status.stdout),
+        String::from_utf8_lossy(&status.stderr)
     );
 
     // Uninstall: Helm deletes the configurations a moment before the Deployment; the leader must

@@ -472,9 +472,22 @@ pub async fn run(args: &StatusArgs) -> anyhow::Result<(String, bool)> {
     };
     let deadline = tokio::time::Instant::now() + args.timeout;
     let status = loop {
-        let mut status = tokio::time::timeout(Duration::from_secs(15), collect(&client, &checks))
+        let attempt = tokio::time::timeout(Duration::from_secs(15), collect(&client, &checks))
             .await
-            .context("the cluster did not answer within 15s")??;
+            .context("the cluster did not answer within 15s")
+            .and_then(|collected| collected);
+        let mut status = match attempt {
+            Ok(status) => status,
+            // `--wait` polls through a failed read (an object replaced between a list and a get
+            // while an upgrade rolls, a busy API server) until its deadline, as `kubectl wait`
+            // does; the last error is the answer then.
+            Err(e) if args.wait && tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %format!("{e:#}"), "status: reading the cluster failed; trying again");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if let Some(namespace) = args.check_admission.as_deref().filter(|_| status.healthy)
             && let Some(problem) = admission_check::check(&client, namespace).await
         {
