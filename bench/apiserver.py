@@ -64,9 +64,13 @@ CASES = os.environ.get("BENCH_CASES")
 # How long the API server is watched idle in each case (nothing sent), to tell its background cost
 # (the webhook's own API traffic: leases, readiness reads, watches) from its cost per create.
 IDLE_SECONDS = int(os.environ.get("BENCH_IDLE_SECONDS", "30"))
-# A directory: the API server's CPU profile of every Koordinator-workload run is saved there
+# A directory: the API server's CPU profile of every run is saved there
 # (`go tool pprof -top FILE`), to see where its time goes per webhook.
 PPROF = os.environ.get("BENCH_PPROF")
+# An image archive of a baseline build (`scripts/image --tag before` at the baseline commit): the
+# case `koord-webhook before` runs it from the same manifests, for a before/after in one sitting.
+BEFORE = os.environ.get("BENCH_KOORD_BEFORE")
+BEFORE_IMAGE = "ghcr.io/koord-webhook/koord-webhook:before"
 
 
 def pod_body(app="bench"):
@@ -177,14 +181,21 @@ class Cluster:
             time.sleep(1)
 
 
-def install_koord(cluster, koord=None, wide=False):
-    """manifests/install.yaml; `wide`: the manifests rendered with --narrow-calls=off."""
-    if wide:
-        rendered = subprocess.run([koord, "manifests", "--narrow-calls=off"], check=True,
+def install_koord(cluster, koord=None, wide=False, image=None, serve_flags=()):
+    """manifests/install.yaml; `wide`: the manifests rendered with --narrow-calls=off; `image`: the
+    same manifests running another image (the baseline build of `BENCH_KOORD_BEFORE`);
+    `serve_flags`: rendered with these `--serve-flag`s."""
+    if wide or serve_flags:
+        flags = ["--narrow-calls=off"] if wide else []
+        flags += [f"--serve-flag={f}" for f in serve_flags]
+        rendered = subprocess.run([koord, "manifests", *flags], check=True,
                                   capture_output=True, text=True).stdout
-        cluster.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
     else:
-        cluster.kubectl("apply", "--server-side", "-f", os.path.join(ROOT, "manifests", "install.yaml"))
+        rendered = open(os.path.join(ROOT, "manifests", "install.yaml")).read()
+        if image:
+            shipped = re.search(r"image: (ghcr.io/koord-webhook/koord-webhook:\S+)", rendered).group(1)
+            rendered = rendered.replace(shipped, image)
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
     cluster.kubectl("-n", "koordinator-system", "rollout", "status", "deployment/koord-webhook",
                     "--timeout=180s")
     cluster.wait_for_admission("koord-webhook")
@@ -307,8 +318,11 @@ def install_peer(cluster, tmp, floor=False):
 
 
 def entry_names():
+    """The pod webhooks whose calls are counted: the manifests', and the labelled parts the leader
+    registers with `--qos-split=on`."""
     entries, _ = koord_pod_entries()
-    return {w["name"] for webhooks in entries.values() for w in webhooks}
+    return {w["name"] for webhooks in entries.values() for w in webhooks} | {
+        "mpod-create-qos.koordinator.sh", "vpod-qos.koordinator.sh"}
 
 
 # The Koordinator workload's profile: pods labelled app=spark become BE batch pods (as the Go peer's
@@ -321,9 +335,20 @@ PROFILE = [
      "spec": {"selector": {"matchLabels": {"app": "spark"}}, "qosClass": "BE",
               "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}},
 ]
+
+
+def run_name(workload, dry_run, rate):
+    """A run's name in the results: `dry-run 50`, `create max`, `koordinator dry-run 200`."""
+    name = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
+    return name if workload == "plain" else f"{workload} {name}"
+
+
 # (workload, dry run, rate): plain pods everywhere, Koordinator pods dry-run at two rates.
+# `BENCH_RUNS=dry-run-50,koordinator-dry-run-50` keeps only the runs named.
 RUNS = [run for run in [("plain", d, r) for d in (True, False) for r in RATES]
-        + [("koordinator", True, r) for r in (50, 200)] if run[0] in WORKLOADS]
+        + [("koordinator", True, r) for r in (50, 200)] if run[0] in WORKLOADS
+        and (not os.environ.get("BENCH_RUNS")
+             or run_name(*run).replace(" ", "-") in os.environ["BENCH_RUNS"].split(","))]
 
 
 def wanted(case):
@@ -356,7 +381,8 @@ def load(cluster, oha, dry_run, rate, duration, workload="plain"):
 
 
 # The cases with a webhook running, whose connections are counted.
-SERVICES = {"koord-webhook": True, "koord-webhook wide": True, "go-peer": True, "floor": True}
+SERVICES = {"koord-webhook": True, "koord-webhook before": True, "koord-webhook qos-split": True,
+            "koord-webhook wide": True, "go-peer": True, "floor": True}
 
 
 def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile=None, service=None):
@@ -425,13 +451,11 @@ def measure(cluster, oha, record, case, namespace, names, duration):
         record("apiserver", case, "idle", median_of(runs), seconds=IDLE_SECONDS, rounds=ROUNDS,
                each=[r["apiserver_cpu_ms_per_s"] for r in runs])
     for workload, dry_run, rate in RUNS:
-        endpoint = f"{'dry-run' if dry_run else 'create'} {rate or 'max'}"
-        if workload != "plain":
-            endpoint = f"{workload} {endpoint}"
+        endpoint = run_name(workload, dry_run, rate)
         runs = []
         for k in range(ROUNDS):
             profile = None
-            if PPROF and workload != "plain":
+            if PPROF:
                 os.makedirs(PPROF, exist_ok=True)
                 profile = os.path.join(PPROF, f"{case}-{endpoint}-{k}.pprof".replace(" ", "-"))
             runs.append(one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile,
@@ -467,6 +491,20 @@ def run(log, record, oha, koord, duration):
                 log("apiserver: koord-webhook from manifests/install.yaml, rendered --narrow-calls=off")
                 install_koord(cluster, koord, wide=True)
                 measure(cluster, oha, record, "koord-webhook wide", "koordinator-system", names, duration)
+                uninstall_koord(cluster, koord)
+            if BEFORE and wanted("koord-webhook before"):
+                log(f"apiserver: the baseline build ({BEFORE}), pod entries narrowed")
+                subprocess.run([CLUSTER, "load", d, BEFORE, BEFORE_IMAGE], check=True)
+                install_koord(cluster, image=BEFORE_IMAGE)
+                wait_narrowed(cluster, log)
+                measure(cluster, oha, record, "koord-webhook before", "koordinator-system", names, duration)
+                uninstall_koord(cluster, koord)
+            if wanted("koord-webhook qos-split"):
+                log("apiserver: koord-webhook with --qos-split=on, pod entries narrowed")
+                install_koord(cluster, koord, serve_flags=["qos-split=on"])
+                wait_narrowed(cluster, log)
+                measure(cluster, oha, record, "koord-webhook qos-split", "koordinator-system", names,
+                        duration)
                 uninstall_koord(cluster, koord)
             conditions = [c for c in ("conditions only", "condition false") if wanted(c)]
             if wanted("koord-webhook") or conditions:

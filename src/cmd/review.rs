@@ -112,16 +112,23 @@ fn build_review(args: &ReviewArgs, object: &str) -> Result<Vec<u8>, Unusable> {
     let gvk = json!({"group": group, "version": version, "kind": kind});
     let gvr = json!({"group": group, "version": version,
         "resource": format!("{}s", kind.to_ascii_lowercase())});
+    let mut request = json!({
+        "uid": "koord-webhook-review", "kind": gvk, "resource": gvr,
+        "requestKind": gvk, "requestResource": gvr,
+        "operation": operation,
+        "userInfo": {"username": args.user, "groups": args.groups},
+        "object": object, "oldObject": old_object, "dryRun": false,
+    });
+    // As the API server writes them: left out when empty (a pod created with `generateName` has
+    // no name yet, a cluster-scoped object no namespace).
+    for field in ["name", "namespace"] {
+        if let Some(value) = source["metadata"][field].as_str().filter(|v| !v.is_empty()) {
+            request[field] = json!(value);
+        }
+    }
     let review = json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "koord-webhook-review", "kind": gvk, "resource": gvr,
-            "requestKind": gvk, "requestResource": gvr,
-            "name": source["metadata"]["name"], "namespace": source["metadata"]["namespace"],
-            "operation": operation,
-            "userInfo": {"username": args.user, "groups": args.groups},
-            "object": object, "oldObject": old_object, "dryRun": false,
-        }
+        "request": request,
     });
     serde_json::to_vec(&review).map_err(|e| Unusable(format!("--object: {e}")))
 }

@@ -73,7 +73,10 @@ fn operator_config(
         },
         desired: Desired {
             gates,
-            target: WebhookTarget::from_flags(flags.webhook_host.as_deref(), port, &flags.entries),
+            target: WebhookTarget {
+                qos_split: flags.qos_split,
+                ..WebhookTarget::from_flags(flags.webhook_host.as_deref(), port, &flags.entries)
+            },
         },
         child_request_quiet: settings.child_request_window,
         narrow_hold: flags.narrow_hold,

@@ -6,6 +6,7 @@
 
 pub mod narrowing;
 
+use crate::apis::keys::QOS_CLASS_LABEL;
 use crate::features::Gate;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +112,25 @@ pub struct EntrySpec {
     pub side_effects: &'static str,
     /// Which requests the entry needs when calls are narrowed (`--narrow-calls`).
     pub narrowing: Narrowing,
+    /// Registered as two webhooks split by a label: see [`LabelledPart`].
+    pub labelled_part: Option<LabelledPart>,
+}
+
+/// With `serve --qos-split=on`, the requests whose object carries `label` go to a second webhook
+/// of the entry, `name`, which has the entry's settings but no matchConditions; the entry itself
+/// gets the rest (its objectSelector says the label does not exist). Only for a label every
+/// condition of the entry sends anyway (a test checks it), so the two together are sent what the
+/// entry alone would be.
+///
+/// Why: the API server decides an objectSelector from the labels, before it converts the object
+/// for CEL, which is most of what a condition costs (docs/narrowing.md). Split on Koordinator's
+/// QoS label, a pod carrying it is not converted for `vpod`, nor for `mpod-create` when the API
+/// server matches the mutating entries again after a patch changed the pod (it evaluates every
+/// entry's conditions before it looks at whether the entry is to be reinvoked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LabelledPart {
+    pub name: &'static str,
+    pub label: &'static str,
 }
 
 const fn entry(
@@ -130,6 +150,7 @@ const fn entry(
         object_selector: None,
         side_effects: "None",
         narrowing: Narrowing::Wide,
+        labelled_part: None,
     }
 }
 
@@ -157,6 +178,10 @@ pub const ENDPOINTS: &[EndpointSpec] = &[
             EntrySpec {
                 exclude_system_namespaces: true,
                 narrowing: Narrowing::PodCreate,
+                labelled_part: Some(LabelledPart {
+                    name: "mpod-create-qos.koordinator.sh",
+                    label: QOS_CLASS_LABEL,
+                }),
                 ..entry("mpod-create.koordinator.sh", &["CREATE"], "", "v1", "pods")
             },
             EntrySpec {
@@ -180,6 +205,10 @@ pub const ENDPOINTS: &[EndpointSpec] = &[
             exclude_system_namespaces: true,
             side_effects: "NoneOnDryRun",
             narrowing: Narrowing::PodValidation,
+            labelled_part: Some(LabelledPart {
+                name: "vpod-qos.koordinator.sh",
+                label: QOS_CLASS_LABEL,
+            }),
             ..entry(
                 "vpod.koordinator.sh",
                 &["CREATE", "UPDATE"],

@@ -3,8 +3,8 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
@@ -33,6 +33,9 @@ pub struct WebhookTarget {
     /// Which pods the pod entries reach beyond the pods' own marks: every pod in the manifests
     /// and the chart, what the leader derived from its cache in what it writes.
     pub pod_reach: PodReach,
+    /// Whether entries with a [`crate::entries::LabelledPart`] are registered split by its label
+    /// (`serve --qos-split=on`; written by the leader, never in the manifests and the chart).
+    pub qos_split: bool,
 }
 
 impl Default for WebhookTarget {
@@ -41,6 +44,7 @@ impl Default for WebhookTarget {
             mode: ClientConfigMode::Service,
             policy: EntryPolicy::default(),
             pod_reach: PodReach::default(),
+            qos_split: false,
         }
     }
 }
@@ -58,6 +62,7 @@ impl WebhookTarget {
             },
             policy: policy.clone(),
             pod_reach: PodReach::default(),
+            qos_split: false,
         }
     }
 
@@ -173,15 +178,75 @@ fn rules(entry: &EntrySpec) -> Vec<RuleWithOperations> {
     }]
 }
 
-fn object_selector(entry: &EntrySpec) -> Option<LabelSelector> {
-    entry.object_selector.map(|(key, value)| LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
+/// Which half of a split entry a webhook is (`--qos-split`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Half {
+    /// The entry itself: objects without the label.
+    Unlabelled,
+    /// Its [`crate::entries::LabelledPart`]: objects with it.
+    Labelled,
+}
+
+/// The entry's own objectSelector and, for a half of a split entry, its label: absent for the
+/// entry itself (`DoesNotExist`), there for the labelled part (`Exists`).
+fn object_selector(entry: &EntrySpec, half: Option<Half>) -> Option<LabelSelector> {
+    let mut requirements: Vec<LabelSelectorRequirement> = entry
+        .object_selector
+        .map(|(key, value)| LabelSelectorRequirement {
             key: key.to_owned(),
             operator: "In".to_owned(),
             values: Some(vec![value.to_owned()]),
-        }]),
+        })
+        .into_iter()
+        .collect();
+    if let (Some(part), Some(half)) = (entry.labelled_part, half) {
+        let operator = match half {
+            Half::Unlabelled => "DoesNotExist",
+            Half::Labelled => "Exists",
+        };
+        requirements.push(LabelSelectorRequirement {
+            key: part.label.to_owned(),
+            operator: operator.to_owned(),
+            values: None,
+        });
+    }
+    (!requirements.is_empty()).then(|| LabelSelector {
+        match_expressions: Some(requirements),
         match_labels: None,
     })
+}
+
+/// One webhook an entry is registered as: the entry itself, or its [`LabelledPart`].
+struct Webhook {
+    name: String,
+    object_selector: Option<LabelSelector>,
+    match_conditions: Option<Vec<MatchCondition>>,
+}
+
+/// The webhooks of an entry under `calls`: with `qos_split` its labelled part (no conditions),
+/// then the entry.
+///
+/// The part comes first: the API server runs a configuration's mutating webhooks in order, each on
+/// the object as the ones before it patched it, so a part after the entry would be sent again the
+/// pod the entry has just labelled. Before it, the part has already been passed by the time the
+/// label is there, and when the API server runs the mutating webhooks a second time after a
+/// patch, it does not call the part again (reinvocationPolicy Never).
+fn webhooks_of(target: &WebhookTarget, entry: &EntrySpec, calls: &Calls) -> Vec<Webhook> {
+    let part = entry.labelled_part.filter(|_| target.qos_split);
+    let mut out = Vec::new();
+    if let Some(part) = part {
+        out.push(Webhook {
+            name: target.policy.mode.entry_name(part.name),
+            object_selector: object_selector(entry, Some(Half::Labelled)),
+            match_conditions: None,
+        });
+    }
+    out.push(Webhook {
+        name: target.policy.mode.entry_name(entry.name),
+        object_selector: object_selector(entry, part.map(|_| Half::Unlabelled)),
+        match_conditions: calls.match_conditions(),
+    });
+    out
 }
 
 /// The entries registered in the configuration of `kind`: their endpoint's gate on, and some
@@ -230,19 +295,23 @@ pub fn mutating(
     ca_bundle: Option<&[u8]>,
 ) -> MutatingWebhookConfiguration {
     let webhooks = enabled(gates, target, WebhookKind::Mutating)
-        .map(|(w, e, calls)| MutatingWebhook {
-            name: target.policy.mode.entry_name(e.name),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: target.client_config(w.path, ca_bundle),
-            failure_policy: Some(target.failure_policy(w, e)),
-            namespace_selector: target.namespace_selector(e),
-            object_selector: object_selector(e),
-            rules: Some(rules(e)),
-            side_effects: e.side_effects.to_owned(),
-            timeout_seconds: Some(target.policy.webhook_timeout_seconds),
-            reinvocation_policy: Some("Never".to_owned()),
-            match_policy: Some("Equivalent".to_owned()),
-            match_conditions: calls.match_conditions(),
+        .flat_map(|(w, e, calls)| {
+            webhooks_of(target, e, &calls)
+                .into_iter()
+                .map(move |hook| MutatingWebhook {
+                    name: hook.name,
+                    admission_review_versions: vec!["v1".to_owned()],
+                    client_config: target.client_config(w.path, ca_bundle),
+                    failure_policy: Some(target.failure_policy(w, e)),
+                    namespace_selector: target.namespace_selector(e),
+                    object_selector: hook.object_selector,
+                    rules: Some(rules(e)),
+                    side_effects: e.side_effects.to_owned(),
+                    timeout_seconds: Some(target.policy.webhook_timeout_seconds),
+                    reinvocation_policy: Some("Never".to_owned()),
+                    match_policy: Some("Equivalent".to_owned()),
+                    match_conditions: hook.match_conditions,
+                })
         })
         .collect();
     MutatingWebhookConfiguration {
@@ -258,18 +327,22 @@ pub fn validating(
     ca_bundle: Option<&[u8]>,
 ) -> ValidatingWebhookConfiguration {
     let webhooks = enabled(gates, target, WebhookKind::Validating)
-        .map(|(w, e, calls)| ValidatingWebhook {
-            name: target.policy.mode.entry_name(e.name),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: target.client_config(w.path, ca_bundle),
-            failure_policy: Some(target.failure_policy(w, e)),
-            namespace_selector: target.namespace_selector(e),
-            object_selector: object_selector(e),
-            rules: Some(rules(e)),
-            side_effects: e.side_effects.to_owned(),
-            timeout_seconds: Some(target.policy.webhook_timeout_seconds),
-            match_policy: Some("Equivalent".to_owned()),
-            match_conditions: calls.match_conditions(),
+        .flat_map(|(w, e, calls)| {
+            webhooks_of(target, e, &calls)
+                .into_iter()
+                .map(move |hook| ValidatingWebhook {
+                    name: hook.name,
+                    admission_review_versions: vec!["v1".to_owned()],
+                    client_config: target.client_config(w.path, ca_bundle),
+                    failure_policy: Some(target.failure_policy(w, e)),
+                    namespace_selector: target.namespace_selector(e),
+                    object_selector: hook.object_selector,
+                    rules: Some(rules(e)),
+                    side_effects: e.side_effects.to_owned(),
+                    timeout_seconds: Some(target.policy.webhook_timeout_seconds),
+                    match_policy: Some("Equivalent".to_owned()),
+                    match_conditions: hook.match_conditions,
+                })
         })
         .collect();
     ValidatingWebhookConfiguration {
@@ -283,6 +356,133 @@ mod tests {
     use super::*;
     use crate::features::FeatureGates;
     use crate::install::entry_policy::{parse_failure_policy, parse_namespace_label};
+
+    /// `(name, objectSelector operators, has conditions, failurePolicy)` of the pod webhooks.
+    fn pod_webhooks(target: &WebhookTarget) -> Vec<(String, Vec<String>, bool, String)> {
+        let gates = FeatureGates::default();
+        let mutating = mutating(&gates, target, None).webhooks.unwrap();
+        let validating = validating(&gates, target, None).webhooks.unwrap();
+        let shown = |name: String, selector: Option<LabelSelector>, conditions: bool, policy| {
+            let operators = selector
+                .and_then(|s| s.match_expressions)
+                .into_iter()
+                .flatten()
+                .map(|r| format!("{} {}", r.key, r.operator))
+                .collect();
+            (name, operators, conditions, policy)
+        };
+        let pods = |rules: &Option<Vec<RuleWithOperations>>| {
+            rules
+                .iter()
+                .flatten()
+                .any(|r| r.resources == Some(vec!["pods".to_owned()]))
+        };
+        let m = mutating.into_iter().filter(|w| pods(&w.rules)).map(|w| {
+            shown(
+                w.name,
+                w.object_selector,
+                w.match_conditions.is_some(),
+                w.failure_policy.unwrap(),
+            )
+        });
+        let v = validating.into_iter().filter(|w| pods(&w.rules)).map(|w| {
+            shown(
+                w.name,
+                w.object_selector,
+                w.match_conditions.is_some(),
+                w.failure_policy.unwrap(),
+            )
+        });
+        m.chain(v).collect()
+    }
+
+    #[test]
+    fn qos_split_registers_a_labelled_part_beside_each_pod_entry() {
+        let narrowed = |reach| WebhookTarget {
+            pod_reach: PodReach {
+                create: reach,
+                validate: Reach::nothing(),
+            },
+            policy: EntryPolicy {
+                failure_policies: vec![parse_failure_policy("vpod.koordinator.sh=Ignore").unwrap()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        // Off (the default, the manifests and the chart): one webhook per entry, as before.
+        assert_eq!(
+            pod_webhooks(&narrowed(Reach::nothing())),
+            [
+                (
+                    "mpod-create.koordinator.sh".to_owned(),
+                    vec![],
+                    true,
+                    "Fail".to_owned()
+                ),
+                (
+                    "vpod.koordinator.sh".to_owned(),
+                    vec![],
+                    true,
+                    "Ignore".to_owned()
+                ),
+            ]
+        );
+        // On: the labelled part (first: see `webhooks_of`) takes the pods with the QoS label
+        // without conditions, under the entry's failurePolicy; the entry keeps its conditions for
+        // the rest.
+        let split = WebhookTarget {
+            qos_split: true,
+            ..narrowed(Reach::nothing())
+        };
+        assert_eq!(
+            pod_webhooks(&split),
+            [
+                (
+                    "mpod-create-qos.koordinator.sh".to_owned(),
+                    s(&["koordinator.sh/qosClass Exists"]),
+                    false,
+                    "Fail".to_owned()
+                ),
+                (
+                    "mpod-create.koordinator.sh".to_owned(),
+                    s(&["koordinator.sh/qosClass DoesNotExist"]),
+                    true,
+                    "Fail".to_owned()
+                ),
+                (
+                    "vpod-qos.koordinator.sh".to_owned(),
+                    s(&["koordinator.sh/qosClass Exists"]),
+                    false,
+                    "Ignore".to_owned()
+                ),
+                (
+                    "vpod.koordinator.sh".to_owned(),
+                    s(&["koordinator.sh/qosClass DoesNotExist"]),
+                    true,
+                    "Ignore".to_owned()
+                ),
+            ]
+        );
+        // Not narrowed (mpod-update registered too), the two are still one partition of the
+        // pods, neither with conditions.
+        let wide = WebhookTarget {
+            qos_split: true,
+            policy: EntryPolicy {
+                narrow_calls: false,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let wide = pod_webhooks(&wide);
+        assert_eq!(wide.len(), 5);
+        assert!(wide.iter().all(|(_, _, conditions, _)| !conditions));
+        assert_eq!(wide[0].1, s(&["koordinator.sh/qosClass Exists"]));
+        assert_eq!(wide[1].1, s(&["koordinator.sh/qosClass DoesNotExist"]));
+        assert_eq!(wide[2].1, s(&["pod.koordinator.sh/mutating-update In"]));
+        assert_eq!(wide[3].1, s(&["koordinator.sh/qosClass Exists"]));
+        assert_eq!(wide[4].1, s(&["koordinator.sh/qosClass DoesNotExist"]));
+    }
 
     #[test]
     fn namespace_label_exemptions_become_selector_requirements() {

@@ -73,6 +73,13 @@ pub struct OperatorFlags {
     /// (longer than an admitted change takes to be stored and watched).
     #[arg(long, env = "KOORD_WEBHOOK_NARROW_HOLD", default_value = "120s", value_parser = parse_duration_arg)]
     pub narrow_hold: Duration,
+    /// `on`: the leader registers each pod entry as two webhooks, pods carrying Koordinator's QoS
+    /// label sent by the second without matchConditions (the API server then does not convert
+    /// them for CEL; docs/narrowing.md). Turn it off, and let the leader write, before rolling
+    /// back to a release without this flag: such a release removes the second webhook.
+    #[arg(long, env = "KOORD_WEBHOOK_QOS_SPLIT", default_value = "off", action = clap::ArgAction::Set,
+          value_parser = crate::install::entry_policy::parse_on_off)]
+    pub qos_split: bool,
 }
 
 fn parse_fraction(text: &str) -> Result<f64, String> {

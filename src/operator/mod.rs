@@ -416,15 +416,27 @@ async fn check_readiness(
     kick: Arc<Notify>,
 ) {
     let metrics = &state.metrics;
+    let mode = config.desired.target.policy.mode;
     let mut last_published: Option<Result<Vec<u8>, String>> = None;
+    // The configurations' resourceVersions when the bundle was last read: unchanged, the bundle
+    // is too, and only their metadata is read (a kick, after a write, reads the bundle anyway).
+    let mut read_at: Option<Vec<Option<String>>> = None;
+    let mut was_kicked = true;
     loop {
         let kicked = kick.notified();
-        match webhook_keeper::published_bundle(&client, config.desired.target.policy.mode).await {
-            Ok(published) => last_published = Some(published),
-            Err(e) => tracing::debug!(
-                error = %e,
-                "could not read the webhook configurations; readiness keeps the last bundle read"
-            ),
+        let versions = webhook_keeper::published_versions(&client, mode).await.ok();
+        let unchanged = !was_kicked && versions.is_some() && versions == read_at;
+        if !unchanged {
+            match webhook_keeper::published_bundle(&client, mode).await {
+                Ok(published) => {
+                    last_published = Some(published);
+                    read_at = versions;
+                }
+                Err(e) => tracing::debug!(
+                    error = %e,
+                    "could not read the webhook configurations; readiness keeps the last bundle read"
+                ),
+            }
         }
         let verdict = match (state.resolver.current(), &last_published) {
             (None, _) => Err("no serving certificate loaded yet".to_owned()),
@@ -445,10 +457,10 @@ async fn check_readiness(
             Ok(()) => state.readiness.set_ready("certificate"),
             Err(reason) => state.readiness.set_not_ready("certificate", reason),
         }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-            _ = kicked => {}
-        }
+        was_kicked = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => false,
+            _ = kicked => true,
+        };
     }
 }
 

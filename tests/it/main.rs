@@ -21,6 +21,7 @@ mod node;
 mod operator;
 mod operator_admission;
 mod own_record;
+mod qos_split;
 mod release;
 mod review_cli;
 mod review_elastic_quota;

@@ -299,6 +299,23 @@ fn an_object_file_gets_its_review_built_and_exit_code_reports_the_denial() {
         response(&review_object(&plain, &["--exit-code"]))["allowed"],
         true
     );
+    // A pod named by the API server (`generateName`, as every controller's) has no name yet: the
+    // built review leaves it out, as the API server does, instead of writing null.
+    let generated = dir.path().join("generated.json");
+    std::fs::write(
+        &generated,
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-", "namespace": "team-a"},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]}}"#,
+    )
+    .unwrap();
+    let out = review_object(&generated, &["--exit-code"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(response(&out)["allowed"], true);
 
     // The operation as AdmissionReviews and the Kubernetes docs write it, or in lower case.
     for operation in ["CREATE", "create", "Create"] {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::calls::{Calls, Condition};
 use super::cel::{Meta, Var, exists, has_key, is_literal, literal};
-use crate::apis::keys::DEFAULT_QUOTA;
+use crate::apis::keys::{DEFAULT_QUOTA, QOS_CLASS_LABEL};
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::cache::quota_topology::QuotaInfo;
 use crate::features::{FeatureGates, Gate};
@@ -162,12 +162,17 @@ pub fn calls(entry: PodEntry, gates: &FeatureGates, reach: &Reach) -> Calls {
     if every_pod(entry, gates) {
         return Calls::All;
     }
-    let mut parts = vec![markers(entry)];
+    // The cheap parts first: `||` stops at the first true one, and most pods an entry is sent
+    // carry the QoS label (every pod a profile mutated, on `vpod`) or match a profile's selector,
+    // which are key lookups; the scans over every key and container come last. The QoS label is
+    // among the keys the scans look for, so the expression is the same set of pods.
+    let mut parts = vec![qos_labelled()];
     match entry {
         PodEntry::Create => parts.extend(terms.iter().cloned()),
         PodEntry::Validate if !terms.is_empty() => parts.push(in_namespaces(terms)),
         PodEntry::Validate => {}
     }
+    parts.push(markers(entry));
     let expression = parts.join(" || ");
     if expression.len() > MAX_EXPRESSION {
         return Calls::All;
@@ -201,6 +206,14 @@ fn markers(entry: PodEntry) -> String {
         ));
     }
     parts.join(" || ")
+}
+
+/// The pod carries Koordinator's QoS label: one key lookup.
+fn qos_labelled() -> String {
+    format!(
+        "(has(object.metadata) && {})",
+        has_key(Var::Object, Meta::Labels, QOS_CLASS_LABEL)
+    )
 }
 
 /// A key of the map names Koordinator (`koordinator.sh/…`, `quota.scheduling.koordinator.sh/…`,

@@ -16,13 +16,14 @@ use crate::install::webhook_configurations;
 use crate::names::Mode;
 
 /// The parts of an entry the operator reads and decides.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct EntryView<'a> {
     pub name: &'a str,
     pub client_config: &'a WebhookClientConfig,
     pub failure_policy: Option<&'a str>,
     pub timeout_seconds: Option<i32>,
     pub namespace_selector: Option<&'a LabelSelector>,
+    pub object_selector: Option<&'a LabelSelector>,
     pub match_conditions: Option<&'a Vec<MatchCondition>>,
 }
 
@@ -58,6 +59,7 @@ macro_rules! configuration {
                         failure_policy: w.failure_policy.as_deref(),
                         timeout_seconds: w.timeout_seconds,
                         namespace_selector: w.namespace_selector.as_ref(),
+                        object_selector: w.object_selector.as_ref(),
                         match_conditions: w.match_conditions.as_ref(),
                     })
                     .collect()

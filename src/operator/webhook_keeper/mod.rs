@@ -3,10 +3,11 @@
 //!
 //! The operator owns the fields it is configured with: each entry's `clientConfig.caBundle`,
 //! `failurePolicy`, `timeoutSeconds` and `namespaceSelector` (the entry flags of `serve`, which the
-//! manifests and the chart pass on), and the whole `clientConfig` when it is told where the API
-//! server calls it (`--webhook-host`, URL mode). A hand edit of one of them is put back and recorded
-//! as an Event naming the entry and the field, so what runs is what the install says. The rest of an
-//! entry (rules, object selectors, ...) belongs to whoever installed it, and re-applying the
+//! manifests and the chart pass on), `matchConditions` and `objectSelector` (which requests are
+//! sent: the table's, `--narrow-calls`, `--qos-split`), and the whole `clientConfig` when it is
+//! told where the API server calls it (`--webhook-host`, URL mode). A hand edit of one of them is
+//! put back and recorded as an Event naming the entry and the field, so what runs is what the
+//! install says. The rest of an entry (rules, ...) belongs to whoever installed it, and re-applying the
 //! manifests (or `helm upgrade`) after the operator has run neither conflicts nor drops the
 //! caBundle. Changes are JSON patches (an update by field manager `koord-webhook`), each guarded by a
 //! test of the entry's name; a configuration that does not exist at all is created whole.
@@ -40,6 +41,8 @@ pub enum OwnedField {
     NamespaceSelector,
     /// Which requests the entry is sent (`--narrow-calls`).
     MatchConditions,
+    /// Which objects the entry is sent (the table's, and `--qos-split`).
+    ObjectSelector,
 }
 
 impl OwnedField {
@@ -52,6 +55,7 @@ impl OwnedField {
             OwnedField::TimeoutSeconds => "timeoutSeconds",
             OwnedField::NamespaceSelector => "namespaceSelector",
             OwnedField::MatchConditions => "matchConditions",
+            OwnedField::ObjectSelector => "objectSelector",
         }
     }
 
@@ -67,7 +71,7 @@ impl OwnedField {
     pub fn write_kind(self) -> WriteKind {
         match self {
             OwnedField::ClientConfig | OwnedField::CaBundle => WriteKind::Endpoint,
-            OwnedField::MatchConditions => WriteKind::Calls,
+            OwnedField::MatchConditions | OwnedField::ObjectSelector => WriteKind::Calls,
             OwnedField::FailurePolicy
             | OwnedField::TimeoutSeconds
             | OwnedField::NamespaceSelector => WriteKind::Drift,
@@ -183,6 +187,12 @@ fn plan<'a>(
             let selector = wanted.namespace_selector.cloned().unwrap_or_default();
             set(OwnedField::NamespaceSelector, json!(selector));
         }
+        // In the same patch as the entries it adds or removes: a split entry and its labelled
+        // part change together (`--qos-split`), so no pod is ever matched by neither or both.
+        if !same_selector(wanted.object_selector, have.object_selector) {
+            let selector = wanted.object_selector.cloned().unwrap_or_default();
+            set(OwnedField::ObjectSelector, json!(selector));
+        }
         let conditions = |c: Option<&'a Vec<MatchCondition>>| c.map_or(&[][..], Vec::as_slice);
         if conditions(wanted.match_conditions) != conditions(have.match_conditions) {
             set(
@@ -195,16 +205,38 @@ fn plan<'a>(
             ops.extend(entry_ops);
         }
     }
-    for wanted in want {
-        if !current.iter().any(|c| c.name == wanted.name)
-            && let Some(value) = entry(wanted.name)
-        {
-            ops.push(json!({"op": "add", "path": "/webhooks/-", "value": value}));
-        }
-    }
-    // Removals last and from the end, so the indices before them stay valid.
+    // Removals from the end, so the indices before them stay valid; then the missing entries.
     for pair in removals.into_iter().rev() {
         ops.extend(pair);
+    }
+    // Each missing entry goes before the next wanted entry that is there, else at the end: order
+    // matters to the API server, which runs mutating webhooks in turn, each on the object as the
+    // ones before it patched it (a `--qos-split` part must come before its entry).
+    let mut names: Vec<&str> = current
+        .iter()
+        .map(|c| c.name)
+        .filter(|name| want.iter().any(|w| w.name == *name))
+        .collect();
+    for (k, wanted) in want.iter().enumerate() {
+        if names.contains(&wanted.name) {
+            continue;
+        }
+        let Some(value) = entry(wanted.name) else {
+            continue;
+        };
+        let before = want[k + 1..]
+            .iter()
+            .find_map(|next| names.iter().position(|n| *n == next.name));
+        match before {
+            Some(i) => {
+                ops.push(json!({"op": "add", "path": format!("/webhooks/{i}"), "value": value}));
+                names.insert(i, wanted.name);
+            }
+            None => {
+                ops.push(json!({"op": "add", "path": "/webhooks/-", "value": value}));
+                names.push(wanted.name);
+            }
+        }
     }
     (ops, repaired)
 }
@@ -395,7 +427,7 @@ pub mod events;
 pub mod pod_reach;
 pub mod published;
 pub use pod_reach::PodReachSource;
-pub use published::{published_bundle, published_entries};
+pub use published::{published_bundle, published_entries, published_versions};
 
 #[cfg(test)]
 mod tests;

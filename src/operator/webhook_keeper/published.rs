@@ -4,7 +4,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, GetParams};
 
 use super::configuration::Configuration;
 use crate::names::Mode;
@@ -92,4 +92,25 @@ pub async fn published_bundle(
         ));
     }
     Ok(Ok(first))
+}
+
+/// The resourceVersion of each of the install's configurations (`None` for a missing one), read as
+/// metadata from the API server's watch cache: what readiness polls, reading the bundles again only
+/// when one changed. Every replica polls every 2 s; whole configurations (every entry's caBundle
+/// and conditions, read from etcd) made that most of what an idle install cost the API server.
+pub async fn published_versions(client: &Client, mode: Mode) -> kube::Result<Vec<Option<String>>> {
+    async fn version<C: Configuration>(
+        client: &Client,
+        mode: Mode,
+    ) -> kube::Result<Option<Option<String>>> {
+        let Some(name) = C::name(mode) else {
+            return Ok(None);
+        };
+        let api: Api<C> = Api::all(client.clone());
+        let meta = api.get_metadata_opt_with(name, &GetParams::any()).await?;
+        Ok(Some(meta.and_then(|m| m.metadata.resource_version)))
+    }
+    let mutating = version::<MutatingWebhookConfiguration>(client, mode).await?;
+    let validating = version::<ValidatingWebhookConfiguration>(client, mode).await?;
+    Ok(mutating.into_iter().chain(validating).collect())
 }

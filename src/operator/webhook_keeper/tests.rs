@@ -2,6 +2,7 @@ use super::*;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ServiceReference;
 use k8s_openapi::api::admissionregistration::v1::WebhookClientConfig;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
 fn service(bundle: &[u8]) -> WebhookClientConfig {
     WebhookClientConfig {
@@ -31,6 +32,7 @@ fn view<'a>(name: &'a str, client_config: &'a WebhookClientConfig) -> EntryView<
         failure_policy: None,
         timeout_seconds: None,
         namespace_selector: None,
+        object_selector: None,
         match_conditions: None,
     }
 }
@@ -73,6 +75,66 @@ fn nothing_to_do_when_the_bundle_matches() {
             .0
             .is_empty()
     );
+}
+
+#[test]
+fn a_split_entry_gets_its_selector_and_its_labelled_part_in_one_patch() {
+    let c = service(b"CA");
+    let lacks = LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "koordinator.sh/qosClass".to_owned(),
+            operator: "DoesNotExist".to_owned(),
+            values: None,
+        }]),
+        match_labels: None,
+    };
+    let split = EntryView {
+        object_selector: Some(&lacks),
+        ..view("e", &c)
+    };
+    let part = view("e-qos", &c);
+    let (other, gone) = (view("other", &c), view("gone", &c));
+    // The part goes right before its entry (the API server runs mutating webhooks in order), after
+    // an entry that is removed in the same patch.
+    let (ops, fields) = plan(
+        &[other, gone, view("e", &c)],
+        &[other, part, split],
+        false,
+        |name| Some(json!({ "name": name })),
+    );
+    assert_eq!(
+        ops_of(&ops),
+        [
+            ("test".to_owned(), "/webhooks/2/name".to_owned()),
+            ("add".to_owned(), "/webhooks/2/objectSelector".to_owned()),
+            ("test".to_owned(), "/webhooks/1/name".to_owned()),
+            ("remove".to_owned(), "/webhooks/1".to_owned()),
+            ("add".to_owned(), "/webhooks/1".to_owned()),
+        ]
+    );
+    assert_eq!(
+        ops[1]["value"]["matchExpressions"][0]["operator"],
+        "DoesNotExist"
+    );
+    assert_eq!(ops[4]["value"]["name"], "e-qos");
+    assert_eq!(fields, [("e".to_owned(), OwnedField::ObjectSelector)]);
+    // A missing entry with nothing wanted after it goes at the end.
+    let (ops, _) = plan(&[other], &[other, part], false, |name| {
+        Some(json!({ "name": name }))
+    });
+    assert_eq!(ops_of(&ops), [("add".to_owned(), "/webhooks/-".to_owned())]);
+    // Joined again: the selector is cleared and the part removed, in the same patch.
+    let (ops, _) = plan(&[part, split], &[view("e", &c)], false, |_| None);
+    assert_eq!(
+        ops_of(&ops),
+        [
+            ("test".to_owned(), "/webhooks/1/name".to_owned()),
+            ("add".to_owned(), "/webhooks/1/objectSelector".to_owned()),
+            ("test".to_owned(), "/webhooks/0/name".to_owned()),
+            ("remove".to_owned(), "/webhooks/0".to_owned()),
+        ]
+    );
+    assert_eq!(ops[1]["value"], json!({}));
 }
 
 #[test]
@@ -208,14 +270,14 @@ fn entries_of_gates_off_go_and_missing_ones_come() {
     assert_eq!(
         ops_of(&ops),
         [
-            ("add".to_owned(), "/webhooks/-".to_owned()),
             ("test".to_owned(), "/webhooks/3/name".to_owned()),
             ("remove".to_owned(), "/webhooks/3".to_owned()),
             ("test".to_owned(), "/webhooks/1/name".to_owned()),
             ("remove".to_owned(), "/webhooks/1".to_owned()),
+            ("add".to_owned(), "/webhooks/-".to_owned()),
         ]
     );
-    assert_eq!(ops[0]["value"], json!({"name": "new"}));
+    assert_eq!(ops[4]["value"], json!({"name": "new"}));
 }
 
 // The steps against a scripted API server: exactly these calls, in this order.

@@ -226,6 +226,18 @@ fn static_calls(narrowing: Narrowing) -> Calls {
     narrowing.calls(&FeatureGates::default(), &PodReach::default())
 }
 
+/// The same draws on every run (no persisted failures: a failing draw is printed whole).
+fn runner() -> TestRunner {
+    TestRunner::new_with_rng(
+        Config {
+            cases: CASES,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    )
+}
+
 /// Runs `cases` draws of `strategy`; every skipped request must be allowed unchanged. Returns how
 /// many were skipped, so a generator that never exercises a skip fails too.
 fn check<S>(narrowing: Narrowing, strategy: S)
@@ -249,14 +261,7 @@ fn check_with<S>(
     let mut compiled: std::collections::HashMap<Calls, Compiled> = Default::default();
     let mut never = true;
     let runtime = runtime();
-    let mut runner = TestRunner::new_with_rng(
-        Config {
-            cases: CASES,
-            failure_persistence: None,
-            ..Config::default()
-        },
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner = runner();
     let (mut skipped, mut sent_count) = (0u32, 0u32);
     for _ in 0..CASES {
         let tree = strategy.new_tree(&mut runner).unwrap();

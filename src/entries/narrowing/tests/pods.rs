@@ -331,3 +331,53 @@ fn pod_conditions_send_what_the_cluster_makes_relevant() {
         Ok(false)
     );
 }
+
+/// With `--qos-split`, a pod carrying an entry's split label (on UPDATE: either pod, as the API
+/// server matches an objectSelector) goes to the labelled part, which has no conditions. That
+/// sends nothing the entry alone would skip: for every such request, whatever the gates and the
+/// cache, the entry's conditions are true.
+#[test]
+fn labelled_parts_take_only_requests_the_conditions_send() {
+    for narrowing in [Narrowing::PodCreate, Narrowing::PodValidation] {
+        let (_, entry) = entry(narrowing);
+        let part = entry
+            .labelled_part
+            .unwrap_or_else(|| panic!("{} has no labelled part", entry.name));
+        let strategy = (
+            rich_pod(),
+            rich_pod(),
+            any::<[bool; 3]>(),
+            prop::sample::select(&["CREATE", "UPDATE"][..]),
+            any::<bool>(),
+            prop::sample::select(POD_NAMESPACES),
+            pod_gates(),
+            pod_cache(),
+        );
+        let mut runner = runner();
+        for _ in 0..CASES / 5 {
+            let (mut new, other, pick, operation, label_old, namespace, gates, cache) =
+                strategy.new_tree(&mut runner).unwrap().current();
+            let operation = if narrowing == Narrowing::PodCreate {
+                "CREATE"
+            } else {
+                operation
+            };
+            let mut old = (operation == "UPDATE").then(|| old_from(&new, &other, pick));
+            // The label on the new pod, or (UPDATE) on the old one only.
+            let carrier = match old.as_mut() {
+                Some(old) if label_old => old,
+                _ => &mut new,
+            };
+            carrier["metadata"]["labels"][part.label] = json!("BE");
+            let request = pod_request(operation, new, old, namespace);
+            let calls = pod_calls(narrowing, &gates, &cache);
+            assert_eq!(
+                sent(&calls, &request),
+                Ok(true),
+                "{}: a request for {} the conditions skip\n{request:#}",
+                entry.name,
+                part.name
+            );
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! `serve --qos-split=on` against a real kube-apiserver: the leader registers each pod entry as two
+//! webhooks split by Koordinator's QoS label (docs/narrowing.md), the API server accepts them, and
+//! every pod is sent to each endpoint once: a plain pod to neither, a QoS-labelled pod through the
+//! labelled parts, a pod a profile selects through the entry and then, labelled by the profile,
+//! not again. Turned off, the parts go and the entries lose their selector in the same write.
+
+use crate::support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Pod;
+use koord_webhook::apis::ClusterColocationProfile;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use support::certs::{MUTATING, VALIDATING};
+use support::operator::{Cluster, eventually};
+
+/// Every pod webhook of both configurations: (name, objectSelector operators, has conditions).
+async fn pod_webhooks(client: &kube::Client) -> Vec<(String, Vec<String>, bool)> {
+    let m = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get(MUTATING)
+        .await
+        .unwrap();
+    let v = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(VALIDATING)
+        .await
+        .unwrap();
+    let shown = |name: String, selector: Option<_>, conditions: Option<Vec<_>>| {
+        let selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector> =
+            selector;
+        let operators = selector
+            .and_then(|s| s.match_expressions)
+            .into_iter()
+            .flatten()
+            .map(|r| format!("{} {}", r.key, r.operator))
+            .collect();
+        (name, operators, conditions.is_some_and(|c| !c.is_empty()))
+    };
+    let m = m.webhooks.into_iter().flatten().map(|w| {
+        let pods = w
+            .rules
+            .iter()
+            .flatten()
+            .any(|r| r.resources == Some(vec!["pods".into()]));
+        (pods, shown(w.name, w.object_selector, w.match_conditions))
+    });
+    let v = v.webhooks.into_iter().flatten().map(|w| {
+        let pods = w
+            .rules
+            .iter()
+            .flatten()
+            .any(|r| r.resources == Some(vec!["pods".into()]));
+        (pods, shown(w.name, w.object_selector, w.match_conditions))
+    });
+    m.chain(v)
+        .filter(|(pods, _)| *pods)
+        .map(|(_, w)| w)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos_split_sends_every_pod_once_and_labelled_pods_without_conditions() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let operator = cluster.operator("replica-a", &["--narrow-hold=2s", "--qos-split=on"]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+
+    let split = |name: &str, conditions: bool| {
+        (
+            name.to_owned(),
+            vec!["koordinator.sh/qosClass DoesNotExist".to_owned()],
+            conditions,
+        )
+    };
+    let part = |name: &str| {
+        (
+            name.to_owned(),
+            vec!["koordinator.sh/qosClass Exists".to_owned()],
+            false,
+        )
+    };
+    // mpod-update is left out while calls are narrowed; each part comes before its entry.
+    let narrowed = vec![
+        part("mpod-create-qos.koordinator.sh"),
+        split("mpod-create.koordinator.sh", true),
+        part("vpod-qos.koordinator.sh"),
+        split("vpod.koordinator.sh", true),
+    ];
+    eventually(
+        Duration::from_secs(30),
+        "the split, narrowed entries",
+        || {
+            let (client, narrowed) = (client.clone(), narrowed.clone());
+            async move { (pod_webhooks(&client).await == narrowed).then_some(()) }
+        },
+    )
+    .await;
+
+    let count = |path: &'static str| {
+        let operator = &operator;
+        async move { support::requests_to(&operator.metrics().await, path) }
+    };
+    let counts = || async { (count("/mutate-pod").await, count("/validate-pod").await) };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, labels: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap()
+    };
+    let create = |name: &'static str, labels: serde_json::Value| {
+        let pods = pods.clone();
+        let pod = pod(name, labels);
+        async move { pods.create(&PostParams::default(), &pod).await.unwrap() }
+    };
+
+    let before = counts().await;
+    create("plain", json!({"app": "web"})).await;
+    assert_eq!(counts().await, before, "a plain pod: sent to neither");
+
+    let before = counts().await;
+    create("labelled", json!({"koordinator.sh/qosClass": "LS"})).await;
+    assert_eq!(
+        counts().await,
+        (before.0 + 1, before.1 + 1),
+        "a QoS-labelled pod: sent to each once, through the labelled parts"
+    );
+
+    // A profile that labels the pods it selects LS: the first pod is sent through the entry (its
+    // conditions), comes out labelled, and is validated through the labelled part.
+    let profiles: Api<ClusterColocationProfile> = Api::all(client.clone());
+    let profile: ClusterColocationProfile = serde_json::from_value(json!({
+        "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+        "metadata": {"name": "split-batch"},
+        "spec": {"selector": {"matchLabels": {"app": "batch"}}, "qosClass": "LS"}}))
+    .unwrap();
+    profiles
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    let before = counts().await;
+    let created = create("batch-1", json!({"app": "batch"})).await;
+    assert_eq!(
+        created
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("koordinator.sh/qosClass")
+            .map(String::as_str),
+        Some("LS"),
+        "mutated by the profile"
+    );
+    assert_eq!(
+        counts().await,
+        (before.0 + 1, before.1 + 1),
+        "a profiled pod: mutated once, validated once"
+    );
+
+    // Off again (a new leader with the default): the parts go and the entries lose the selector.
+    drop(operator);
+    let operator = cluster.operator("replica-b", &["--narrow-hold=2s"]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+    eventually(Duration::from_secs(60), "the entries joined again", || {
+        let client = client.clone();
+        async move {
+            let webhooks = pod_webhooks(&client).await;
+            let joined = webhooks.len() == 2
+                && webhooks
+                    .iter()
+                    .all(|(name, selector, _)| !name.contains("-qos") && selector.is_empty());
+            joined.then_some(())
+        }
+    })
+    .await;
+}
