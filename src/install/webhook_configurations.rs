@@ -210,7 +210,7 @@ fn object_selector(entry: &EntrySpec, half: Option<Half>) -> Option<LabelSelecto
             values: None,
         });
     }
-    (!requirements.is_empty()).then(|| LabelSelector {
+    (!requirements.is_empty()).then_some(LabelSelector {
         match_expressions: Some(requirements),
         match_labels: None,
     })

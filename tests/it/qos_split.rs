@@ -28,36 +28,33 @@ async fn pod_webhooks(client: &kube::Client) -> Vec<(String, Vec<String>, bool)>
         .get(VALIDATING)
         .await
         .unwrap();
-    let shown = |name: String, selector: Option<_>, conditions: Option<Vec<_>>| {
-        let selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector> =
-            selector;
-        let operators = selector
-            .and_then(|s| s.match_expressions)
-            .into_iter()
-            .flatten()
-            .map(|r| format!("{} {}", r.key, r.operator))
-            .collect();
-        (name, operators, conditions.is_some_and(|c| !c.is_empty()))
-    };
-    let m = m.webhooks.into_iter().flatten().map(|w| {
-        let pods = w
-            .rules
-            .iter()
-            .flatten()
-            .any(|r| r.resources == Some(vec!["pods".into()]));
-        (pods, shown(w.name, w.object_selector, w.match_conditions))
-    });
-    let v = v.webhooks.into_iter().flatten().map(|w| {
-        let pods = w
-            .rules
-            .iter()
-            .flatten()
-            .any(|r| r.resources == Some(vec!["pods".into()]));
-        (pods, shown(w.name, w.object_selector, w.match_conditions))
-    });
-    m.chain(v)
-        .filter(|(pods, _)| *pods)
-        .map(|(_, w)| w)
+    let webhooks = [json!(m), json!(v)]
+        .into_iter()
+        .flat_map(|c| c["webhooks"].as_array().cloned().unwrap_or_default());
+    webhooks
+        .filter(|w| w["rules"][0]["resources"] == json!(["pods"]))
+        .map(|w| {
+            let operators = w["objectSelector"]["matchExpressions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    format!(
+                        "{} {}",
+                        r["key"].as_str().unwrap(),
+                        r["operator"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            let conditions = w["matchConditions"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty());
+            (
+                w["name"].as_str().unwrap().to_owned(),
+                operators,
+                conditions,
+            )
+        })
         .collect()
 }
 
