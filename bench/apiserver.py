@@ -319,7 +319,7 @@ def install_peer(cluster, tmp, floor=False):
 
 def entry_names():
     """The pod webhooks whose calls are counted: the manifests', and the labelled parts the leader
-    registers with `--qos-split=on`."""
+    registers with `--qos-split=on` (the default)."""
     entries, _ = koord_pod_entries()
     return {w["name"] for webhooks in entries.values() for w in webhooks} | {
         "mpod-create-qos.koordinator.sh", "vpod-qos.koordinator.sh"}
@@ -381,7 +381,7 @@ def load(cluster, oha, dry_run, rate, duration, workload="plain"):
 
 
 # The cases with a webhook running, whose connections are counted.
-SERVICES = {"koord-webhook": True, "koord-webhook before": True, "koord-webhook qos-split": True,
+SERVICES = {"koord-webhook": True, "koord-webhook before": True, "koord-webhook split-off": True,
             "koord-webhook wide": True, "go-peer": True, "floor": True}
 
 
@@ -499,11 +499,11 @@ def run(log, record, oha, koord, duration):
                 wait_narrowed(cluster, log)
                 measure(cluster, oha, record, "koord-webhook before", "koordinator-system", names, duration)
                 uninstall_koord(cluster, koord)
-            if wanted("koord-webhook qos-split"):
-                log("apiserver: koord-webhook with --qos-split=on, pod entries narrowed")
-                install_koord(cluster, koord, serve_flags=["qos-split=on"])
+            if wanted("koord-webhook split-off"):
+                log("apiserver: koord-webhook with --qos-split=off, pod entries narrowed")
+                install_koord(cluster, koord, serve_flags=["qos-split=off"])
                 wait_narrowed(cluster, log)
-                measure(cluster, oha, record, "koord-webhook qos-split", "koordinator-system", names,
+                measure(cluster, oha, record, "koord-webhook split-off", "koordinator-system", names,
                         duration)
                 uninstall_koord(cluster, koord)
             conditions = [c for c in ("conditions only", "condition false") if wanted(c)]

@@ -75,9 +75,10 @@ pub struct OperatorFlags {
     pub narrow_hold: Duration,
     /// `on`: the leader registers each pod entry as two webhooks, pods carrying Koordinator's QoS
     /// label sent by the second without matchConditions (the API server then does not convert
-    /// them for CEL; docs/narrowing.md). Turn it off, and let the leader write, before rolling
-    /// back to a release without this flag: such a release removes the second webhook.
-    #[arg(long, env = "KOORD_WEBHOOK_QOS_SPLIT", default_value = "off", action = clap::ArgAction::Set,
+    /// them for CEL; docs/narrowing.md), while no other pod template of this install runs (during
+    /// a rollout the entries are written whole). Turn it off, and let the leader write, before
+    /// rolling back by hand to a release without this flag outside a rollout.
+    #[arg(long, env = "KOORD_WEBHOOK_QOS_SPLIT", default_value = "on", action = clap::ArgAction::Set,
           value_parser = crate::install::entry_policy::parse_on_off)]
     pub qos_split: bool,
 }

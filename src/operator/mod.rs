@@ -7,6 +7,7 @@ pub mod child_requests;
 pub mod flags;
 pub mod leader;
 pub mod memory_guard;
+pub mod replicas;
 
 pub(crate) mod secrets;
 pub mod webhook_keeper;
@@ -106,6 +107,18 @@ pub async fn run(
     } else {
         (Leadership::always(), None)
     };
+    // Followed only when the pod entries are to be split: the leader holds the split back while
+    // another pod template runs (a rollout).
+    let (replicas_tx, replicas) = watch::channel(replicas::Replicas::Unread);
+    let follow_replicas = {
+        let (client, identity, kick) = (client.clone(), config.identity.clone(), kick.clone());
+        let split = config.desired.target.qos_split;
+        async move {
+            if split {
+                replicas::watch(client, identity, replicas_tx, kick).await;
+            }
+        }
+    };
     let cache = writer.reader();
     let recount_cache = writer.reader();
     let reach_cache = writer.reader();
@@ -197,7 +210,9 @@ pub async fn run(
             kick.clone(),
             metrics,
             reach_cache,
+            replicas,
         ),
+        follow_replicas,
         check_readiness(client.clone(), &config, state.clone(), kick.clone()),
         recount_child_requests,
         keep_pod_entries_wide_for_gates(client.clone(), &config, state.clone()),
@@ -351,6 +366,7 @@ async fn issue_as_leader(
     kick: Arc<Notify>,
     metrics: &crate::metrics::Metrics,
     cache: crate::cache::Cache,
+    replicas: watch::Receiver<replicas::Replicas>,
 ) {
     let issuer = Issuer {
         client: client.clone(),
@@ -365,6 +381,7 @@ async fn issue_as_leader(
             .policy
             .narrows()
             .then(|| webhook_keeper::PodReachSource::new(cache, config.narrow_hold)),
+        replicas,
     };
     let mut wait = Duration::ZERO;
     let mut kicked = Box::pin(kick.notified());

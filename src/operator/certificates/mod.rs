@@ -59,6 +59,8 @@ pub struct Issuer {
     pub absence: super::webhook_keeper::Absence,
     /// Derives the pod entries' reach (calls narrowed only).
     pub pod_reach: Option<super::webhook_keeper::PodReachSource>,
+    /// Whether a rollout is under way, which holds `--qos-split` back (`replicas.rs`).
+    pub replicas: tokio::sync::watch::Receiver<super::replicas::Replicas>,
 }
 
 impl Issuer {
@@ -266,9 +268,12 @@ impl Issuer {
             absence: &self.absence,
             pods: self.pod_reach.as_ref(),
         };
-        let written =
-            webhook_keeper::converge_all(&keeper, &self.desired, plan.tls.bundle.as_bytes())
-                .await?;
+        let written = webhook_keeper::converge_all(
+            &keeper,
+            &*self.desired_now().await,
+            plan.tls.bundle.as_bytes(),
+        )
+        .await?;
         webhook_keeper::events::record(&self.recorder, &written).await;
         if !written.is_empty() {
             metrics
@@ -296,6 +301,27 @@ impl Issuer {
             self.record(event).await;
         }
         Ok(step.next)
+    }
+
+    /// What the configurations should say now: the pod entries split (`--qos-split`) only while
+    /// every replica runs this pod template, so that no release without the split can lead
+    /// meanwhile (`replicas.rs`).
+    async fn desired_now(&self) -> std::borrow::Cow<'_, Desired> {
+        use super::replicas::Replicas;
+        if !self.desired.target.qos_split {
+            return std::borrow::Cow::Borrowed(&self.desired);
+        }
+        // A leader that has just started waits for the first read rather than joining entries
+        // that the next pass splits again.
+        let mut replicas = self.replicas.clone();
+        let first_read = replicas.wait_for(|r| *r != Replicas::Unread);
+        let _ = tokio::time::timeout(Duration::from_secs(10), first_read).await;
+        if replicas.borrow().allow_split() {
+            return std::borrow::Cow::Borrowed(&self.desired);
+        }
+        let mut desired = self.desired.clone();
+        desired.target.qos_split = false;
+        std::borrow::Cow::Owned(desired)
     }
 
     async fn record(&self, event: &CertEvent) {
