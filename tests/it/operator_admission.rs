@@ -652,10 +652,12 @@ async fn status_reports_for_operators(env: &Env<'_>) {
         koord_webhook::entries::ENDPOINTS
             .iter()
             .filter(|e| matches!(e.kind, koord_webhook::entries::WebhookKind::Mutating))
-            .map(|e| e.entries.len())
+            .flat_map(|e| e.entries)
+            .map(|entry| 1 + usize::from(entry.labelled_part.is_some()))
             .sum::<usize>()
             - 1,
-        "the mutating entries but mpod-update, which narrowing leaves out"
+        "the mutating entries but mpod-update, which narrowing leaves out, and mpod-create's \
+         labelled part (--qos-split, the default)"
     );
     assert!(
         status["configurations"][0]["entries"]
