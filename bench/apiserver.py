@@ -23,7 +23,10 @@ Two workloads: plain pods (nothing Koordinator reads) dry-run and real at every 
 pods (labelled app=spark, which a ClusterColocationProfile turns into BE batch pods) dry-run at 50/s
 and 200/s.
 
-Every figure is the median of three runs (BENCH_ROUNDS; single 10 s runs move by tens of percent).
+Every figure is the median of three runs (BENCH_ROUNDS; single 10 s runs move by tens of percent),
+one per round; each round installs every case in turn (in reverse order every other round), so a
+drift of the API server over the sitting reaches every case alike. koord-webhook is installed with
+`--narrow-hold=10s` (when the leader narrows after the install, not what a narrowed entry costs).
 Per run: the new TCP connections the API server's network namespace opened per 1,000 webhook calls
 (4 of them are the client's own, and the kubelet's probes), the new connections to the webhook's
 Service among them (conntrack), the client's p50/p99/p99.9 (oha, HTTP/2, latency counted from when a request was due), the
@@ -192,9 +195,9 @@ def install_koord(cluster, koord=None, wide=False, image=None, serve_flags=()):
                                   capture_output=True, text=True).stdout
     else:
         rendered = open(os.path.join(ROOT, "manifests", "install.yaml")).read()
-        if image:
-            shipped = re.search(r"image: (ghcr.io/koord-webhook/koord-webhook:\S+)", rendered).group(1)
-            rendered = rendered.replace(shipped, image)
+    if image:
+        shipped = re.search(r"image: (ghcr.io/koord-webhook/koord-webhook:\S+)", rendered).group(1)
+        rendered = rendered.replace(shipped, image)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
     cluster.kubectl("-n", "koordinator-system", "rollout", "status", "deployment/koord-webhook",
                     "--timeout=180s")
@@ -315,6 +318,16 @@ def install_peer(cluster, tmp, floor=False):
     cluster.kubectl("-n", PEER_NAMESPACE, "rollout", "status", "deployment/go-peer", "--timeout=180s")
     cluster.apply(configurations)
     cluster.wait_for_admission("go-peer")
+
+
+def uninstall_peer(cluster):
+    """The peer's configurations, then its Pods (gone before the next case is measured)."""
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        cluster.kubectl("delete", kind.lower(), f"go-peer-{kind.lower()}", "--ignore-not-found")
+    cluster.kubectl("-n", PEER_NAMESPACE, "delete", "deployment", "go-peer", "--ignore-not-found",
+                    "--wait=true")
+    cluster.kubectl("-n", PEER_NAMESPACE, "wait", "--for=delete", "pod", "-l", "app=go-peer",
+                    "--timeout=120s", check=False)
 
 
 def entry_names():
@@ -443,25 +456,43 @@ def idle(cluster, seconds):
     return (cluster.apiserver_cpu() - cpu) * 1000 / seconds
 
 
-def measure(cluster, oha, record, case, namespace, names, duration):
+def measure_round(cluster, oha, case, k, namespace, names, duration):
+    """One round of a case: its idle figure and one run of each workload and rate."""
     # A short warm-up: connections, the API server's webhook clients, the webhook's caches.
     load(cluster, oha, True, 50, 2)
+    figures = {}
     if IDLE_SECONDS:
-        runs = [{"apiserver_cpu_ms_per_s": idle(cluster, IDLE_SECONDS)} for _ in range(ROUNDS)]
-        record("apiserver", case, "idle", median_of(runs), seconds=IDLE_SECONDS, rounds=ROUNDS,
-               each=[r["apiserver_cpu_ms_per_s"] for r in runs])
+        figures["idle"] = {"apiserver_cpu_ms_per_s": idle(cluster, IDLE_SECONDS)}
     for workload, dry_run, rate in RUNS:
         endpoint = run_name(workload, dry_run, rate)
-        runs = []
-        for k in range(ROUNDS):
-            profile = None
-            if PPROF:
-                os.makedirs(PPROF, exist_ok=True)
-                profile = os.path.join(PPROF, f"{case}-{endpoint}-{k}.pprof".replace(" ", "-"))
-            runs.append(one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile,
-                                SERVICES.get(case)))
+        profile = None
+        if PPROF:
+            os.makedirs(PPROF, exist_ok=True)
+            profile = os.path.join(PPROF, f"{case}-{endpoint}-{k}.pprof".replace(" ", "-"))
+        figures[endpoint] = one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names,
+                                    profile, SERVICES.get(case))
+    return figures
+
+
+def record_case(record, case, rounds):
+    """Each figure's median over the case's rounds; the API server's CPU of every round as well."""
+    for endpoint in rounds[0]:
+        runs = [r[endpoint] for r in rounds]
+        if endpoint == "idle":
+            record("apiserver", case, "idle", median_of(runs), seconds=IDLE_SECONDS, rounds=len(runs),
+                   each=[r["apiserver_cpu_ms_per_s"] for r in runs])
+            continue
+        workload, dry_run, rate = next(run for run in RUNS if run_name(*run) == endpoint)
         record("apiserver", case, endpoint, median_of(runs), rate=rate, dry_run=dry_run,
-               workload=workload, rounds=ROUNDS)
+               workload=workload, rounds=len(runs),
+               each=[round(r["apiserver_cpu_ms_per_1000"]) for r in runs])
+
+
+class Case:
+    """A case of the phase: how it is installed and removed, and whose Pods it runs."""
+
+    def __init__(self, name, namespace=None, up=lambda: None, down=lambda: None):
+        self.name, self.namespace, self.up, self.down = name, namespace, up, down
 
 
 def run(log, record, oha, koord, duration):
@@ -473,6 +504,10 @@ def run(log, record, oha, koord, duration):
         log("apiserver: starting a one-node cluster")
         cluster.up()
         try:
+            if BEFORE:
+                # First: an archive of another build may carry the same name as this one's, which
+                # `scripts/image --load` then points back at this build.
+                subprocess.run([CLUSTER, "load", d, BEFORE, BEFORE_IMAGE], check=True)
             subprocess.run([os.path.join(ROOT, "scripts", "image"), "--load", d], check=True,
                            stdout=subprocess.DEVNULL)
             subprocess.run([CLUSTER, "load", d, peer, PEER_IMAGE], check=True)
@@ -484,59 +519,71 @@ def run(log, record, oha, koord, duration):
                             "crd/clustercolocationprofiles.config.koordinator.sh")
             cluster.apply(PROFILE)
             names = entry_names()
-            if wanted("none"):
-                log("apiserver: no webhook")
-                measure(cluster, oha, record, "none", None, names, duration)
-            if wanted("koord-webhook wide"):
-                log("apiserver: koord-webhook from manifests/install.yaml, rendered --narrow-calls=off")
-                install_koord(cluster, koord, wide=True)
-                measure(cluster, oha, record, "koord-webhook wide", "koordinator-system", names, duration)
-                uninstall_koord(cluster, koord)
-            if BEFORE and wanted("koord-webhook before"):
-                log(f"apiserver: the baseline build ({BEFORE}), pod entries narrowed")
-                subprocess.run([CLUSTER, "load", d, BEFORE, BEFORE_IMAGE], check=True)
-                install_koord(cluster, image=BEFORE_IMAGE)
-                wait_narrowed(cluster, log)
-                measure(cluster, oha, record, "koord-webhook before", "koordinator-system", names, duration)
-                uninstall_koord(cluster, koord)
-            if wanted("koord-webhook split-off"):
-                log("apiserver: koord-webhook with --qos-split=off, pod entries narrowed")
-                install_koord(cluster, koord, serve_flags=["qos-split=off"])
-                wait_narrowed(cluster, log)
-                measure(cluster, oha, record, "koord-webhook split-off", "koordinator-system", names,
-                        duration)
-                uninstall_koord(cluster, koord)
-            conditions = [c for c in ("conditions only", "condition false") if wanted(c)]
-            if wanted("koord-webhook") or conditions:
-                log("apiserver: koord-webhook from manifests/install.yaml, pod entries narrowed")
-                install_koord(cluster)
-                wait_narrowed(cluster, log)
-                if wanted("koord-webhook"):
-                    measure(cluster, oha, record, "koord-webhook", "koordinator-system", names, duration)
-                written = written_pod_entries(cluster)
-                uninstall_koord(cluster, koord)
-            if "conditions only" in conditions:
-                log("apiserver: the narrowed pod entries alone, nothing called")
-                cluster.apply(conditions_only(written))
-                measure(cluster, oha, record, "conditions only", None, names, duration)
-            if "condition false" in conditions:
-                for kind, webhooks in written.items():
-                    for w in webhooks:
-                        w["matchConditions"] = [{"name": "never", "expression": "false"}]
-                log("apiserver: the same entries with the condition `false`")
-                cluster.apply(conditions_only(written))
-                measure(cluster, oha, record, "condition false", None, names, duration)
-            if conditions:
-                for kind, _ in written.items():
+            # Installed with a short --narrow-hold: the hold only decides when the leader narrows
+            # the pod entries after the install (120 s by default), not what they cost once narrowed.
+            hold = "narrow-hold=10s"
+
+            def koord_up(serve_flags=(), image=None, wide=False):
+                def up():
+                    install_koord(cluster, koord, wide=wide, image=image,
+                                  serve_flags=[hold, *serve_flags])
+                    if not wide:
+                        wait_narrowed(cluster, log)
+                return up
+
+            written = {}
+
+            def conditions_up(expression=None):
+                def up():
+                    if not written:
+                        log("apiserver: koord-webhook installed once, to read the entries its leader writes")
+                        koord_up()()
+                        written.update(written_pod_entries(cluster))
+                        uninstall_koord(cluster, koord)
+                    entries = json.loads(json.dumps(written))
+                    if expression:
+                        for webhooks in entries.values():
+                            for w in webhooks:
+                                w["matchConditions"] = [{"name": "never", "expression": expression}]
+                    cluster.apply(conditions_only(entries))
+                return up
+
+            def conditions_down():
+                for kind in written:
                     cluster.kubectl("delete", kind.lower(), f"conditions-only-{kind.lower()}",
                                     "--ignore-not-found")
-            if wanted("go-peer"):
-                log("apiserver: the Go peer, same entries")
-                install_peer(cluster, d)
-                measure(cluster, oha, record, "go-peer", PEER_NAMESPACE, names, duration)
-            if wanted("floor"):
-                log("apiserver: the floor webhook (the peer's Pods with --floor), same entries")
-                install_peer(cluster, d, floor=True)
-                measure(cluster, oha, record, "floor", PEER_NAMESPACE, names, duration)
+
+            koord_down = lambda: uninstall_koord(cluster, koord)
+            peer_down = lambda: uninstall_peer(cluster)
+            cases = [Case("none")]
+            if BEFORE:
+                cases.append(Case("koord-webhook before", "koordinator-system",
+                                  koord_up(image=BEFORE_IMAGE), koord_down))
+            cases += [
+                Case("koord-webhook", "koordinator-system", koord_up(), koord_down),
+                Case("koord-webhook wide", "koordinator-system", koord_up(wide=True),
+                     koord_down),
+                Case("koord-webhook split-off", "koordinator-system", koord_up(["qos-split=off"]),
+                     koord_down),
+                Case("conditions only", None, conditions_up(), conditions_down),
+                Case("condition false", None, conditions_up("false"), conditions_down),
+                Case("go-peer", PEER_NAMESPACE, lambda: install_peer(cluster, d), peer_down),
+                Case("floor", PEER_NAMESPACE, lambda: install_peer(cluster, d, floor=True), peer_down),
+            ]
+            cases = [c for c in cases if wanted(c.name)]
+            # The rounds visit the cases in turn, in reverse order every other round: the API
+            # server's cost drifts over a sitting (measured: a case run after the others cheaper
+            # than no webhook at all), and one case's rounds back to back would carry that drift
+            # into the comparison.
+            rounds = {c.name: [] for c in cases}
+            for k in range(ROUNDS):
+                for case in (cases if k % 2 == 0 else cases[::-1]):
+                    log(f"apiserver: round {k + 1} of {ROUNDS}: {case.name}")
+                    case.up()
+                    rounds[case.name].append(
+                        measure_round(cluster, oha, case.name, k, case.namespace, names, duration))
+                    case.down()
+            for case in cases:
+                record_case(record, case.name, rounds[case.name])
         finally:
             cluster.down()

@@ -171,6 +171,7 @@ pub fn election(timings: LeaseTimings) -> (Leadership, Election) {
         leading: Leading { state: tx, renewed },
         timings,
         observed: None,
+        written: None,
     };
     (leadership, election)
 }
@@ -204,6 +205,10 @@ pub struct Election {
     timings: LeaseTimings,
     /// The last Lease record seen and the local time it was first seen.
     observed: Option<(Record, Instant)>,
+    /// The Lease as this replica last stored it: while leading, the next renewal writes it back
+    /// without reading it first (client-go's fast path), its resourceVersion keeping the write
+    /// conditional.
+    written: Option<Lease>,
 }
 
 fn now() -> MicroTime {
@@ -240,6 +245,31 @@ impl Election {
         identity: &str,
     ) -> kube::Result<bool> {
         let lease_seconds = self.timings.lease.as_secs().max(1) as i32;
+        // Leading: renew the Lease as last stored, one write instead of a read and a write. Any
+        // failure (another writer changed it: 409) falls back to reading it.
+        if let Some(mut lease) = self
+            .written
+            .take()
+            .filter(|_| self.leading.renewed().is_some())
+        {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            spec.renew_time = Some(now());
+            spec.lease_duration_seconds = Some(lease_seconds);
+            let record = Record::of(spec);
+            match api
+                .replace(LEASE, &crate::names::post_params(), &lease)
+                .await
+            {
+                Ok(stored) => {
+                    self.observe(record);
+                    self.written = Some(stored);
+                    return Ok(true);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "renewing the Lease as last stored failed; reading it")
+                }
+            }
+        }
         let Some(mut lease) = api.get_opt(LEASE).await? else {
             let spec = LeaseSpec {
                 holder_identity: Some(identity.to_owned()),
@@ -258,8 +288,9 @@ impl Election {
                 spec: Some(spec.clone()),
             };
             return match api.create(&crate::names::post_params(), &lease).await {
-                Ok(_) => {
+                Ok(stored) => {
                     self.observe(Record::of(&spec));
+                    self.written = Some(stored);
                     Ok(true)
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -284,8 +315,9 @@ impl Election {
             .replace(LEASE, &crate::names::post_params(), &lease)
             .await
         {
-            Ok(_) => {
+            Ok(stored) => {
                 self.observe(record);
+                self.written = Some(stored);
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
