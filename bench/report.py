@@ -184,7 +184,9 @@ if apiserver:
           "after each run), at 50/s, 200/s and as fast as the client goes. Cases, in one run: no webhook; "
           "koord-webhook from `manifests/install.yaml` (two replicas, Service); the Go peer in its own "
           "image, two replicas, with the same pod entries (both /mutate-pod and /validate-pod called on a "
-          "create). *Added* = the case's figure minus the no-webhook figure of the same run.\n")
+          "create). Each figure is the median of three rounds; every round installs each case in turn, "
+          "in reverse order every other round. *Added* = the case's figure minus the no-webhook "
+          "figure of the same run.\n")
     lines, targets = [], []
     endpoints = []
     for r in apiserver:
