@@ -448,21 +448,27 @@ async fn check_readiness(
     loop {
         let kicked = kick.notified();
         // The watch of the configurations kicks on every change; without a kick they are read
-        // only every READ_CONFIGURATIONS_EVERY (a change a re-established watch missed), while the
-        // pair is checked against the last bundle every 2 s.
-        let due = last_read.is_none_or(|at| at.elapsed() >= READ_CONFIGURATIONS_EVERY);
-        let versions = if was_kicked || due {
-            last_read = Some(tokio::time::Instant::now());
-            webhook_keeper::published_versions(&client, mode).await.ok()
+        // every READ_CONFIGURATIONS_EVERY (a change a re-established watch missed), and again
+        // after 2 s when a read failed, while the pair is checked against the last bundle every
+        // 2 s.
+        let due =
+            was_kicked || last_read.is_none_or(|at| at.elapsed() >= READ_CONFIGURATIONS_EVERY);
+        let versions = if due {
+            Some(webhook_keeper::published_versions(&client, mode).await.ok())
         } else {
-            read_at.clone()
+            None
         };
-        let unchanged = !was_kicked && versions.is_some() && versions == read_at;
-        if !unchanged {
+        let unchanged = versions
+            .as_ref()
+            .is_some_and(|v| !was_kicked && v.is_some() && *v == read_at);
+        if unchanged {
+            last_read = Some(tokio::time::Instant::now());
+        } else if let Some(versions) = versions {
             match webhook_keeper::published_bundle(&client, mode).await {
                 Ok(published) => {
                     last_published = Some(published);
                     read_at = versions;
+                    last_read = Some(tokio::time::Instant::now());
                 }
                 Err(e) => tracing::debug!(
                     error = %e,
