@@ -171,7 +171,6 @@ pub fn election(timings: LeaseTimings) -> (Leadership, Election) {
         leading: Leading { state: tx, renewed },
         timings,
         observed: None,
-        written: None,
     };
     (leadership, election)
 }
@@ -205,10 +204,6 @@ pub struct Election {
     timings: LeaseTimings,
     /// The last Lease record seen and the local time it was first seen.
     observed: Option<(Record, Instant)>,
-    /// The Lease as this replica last stored it: while leading, the next renewal writes it back
-    /// without reading it first (client-go's fast path), its resourceVersion keeping the write
-    /// conditional.
-    written: Option<Lease>,
 }
 
 fn now() -> MicroTime {
@@ -238,14 +233,6 @@ impl Election {
         seen.elapsed() < duration
     }
 
-    /// Whether the next renewal may write the Lease as last stored without reading it: leading,
-    /// and renewed within the renew deadline on the local clock.
-    fn renews_without_reading(&self) -> bool {
-        self.leading
-            .renewed()
-            .is_some_and(|t| t.elapsed() < self.timings.renew_deadline)
-    }
-
     /// One attempt to acquire or renew. `Ok(true)`: we hold the Lease now.
     async fn try_acquire_or_renew(
         &mut self,
@@ -253,19 +240,6 @@ impl Election {
         identity: &str,
     ) -> kube::Result<bool> {
         let lease_seconds = self.timings.lease.as_secs().max(1) as i32;
-        // Leading, renewed within the renew deadline: renew the Lease as last stored, one write
-        // instead of a read and a write. Any failure (another writer changed it: 409) falls back
-        // to reading it. Past the deadline (a process paused, say) it reads first, as a follower:
-        // another replica has likely taken the Lease, and a write would only be refused.
-        let fresh = self.renews_without_reading();
-        if let Some(lease) = self.written.take().filter(|_| fresh) {
-            match self.renew(api, lease, lease_seconds).await {
-                Ok(()) => return Ok(true),
-                Err(e) => {
-                    tracing::debug!(error = %e, "renewing the Lease as last stored failed; reading it")
-                }
-            }
-        }
         let Some(mut lease) = api.get_opt(LEASE).await? else {
             let spec = LeaseSpec {
                 holder_identity: Some(identity.to_owned()),
@@ -284,9 +258,8 @@ impl Election {
                 spec: Some(spec.clone()),
             };
             return match api.create(&crate::names::post_params(), &lease).await {
-                Ok(stored) => {
+                Ok(_) => {
                     self.observe(Record::of(&spec));
-                    self.written = Some(stored);
                     Ok(true)
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -303,31 +276,21 @@ impl Election {
             spec.acquire_time = Some(now());
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
-        match self.renew(api, lease, lease_seconds).await {
-            Ok(()) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes `lease` back renewed now. The resourceVersion it was read or stored with goes with
-    /// the write: of two writers only one wins.
-    async fn renew(
-        &mut self,
-        api: &Api<Lease>,
-        mut lease: Lease,
-        lease_seconds: i32,
-    ) -> kube::Result<()> {
-        let spec = lease.spec.get_or_insert_with(Default::default);
         spec.renew_time = Some(now());
         spec.lease_duration_seconds = Some(lease_seconds);
         let record = Record::of(spec);
-        let stored = api
+        // The resourceVersion read goes with the update: of two candidates only one wins.
+        match api
             .replace(LEASE, &crate::names::post_params(), &lease)
-            .await?;
-        self.observe(record);
-        self.written = Some(stored);
-        Ok(())
+            .await
+        {
+            Ok(_) => {
+                self.observe(record);
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// One round: an attempt bounded by the call timeout, then the renew deadline enforced.
@@ -458,20 +421,6 @@ mod tests {
         assert!(*leadership.state.borrow());
         assert!(leadership.check().is_err());
         assert!(Leadership::always().check().is_ok());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_leader_paused_past_its_deadline_reads_the_lease_before_writing() {
-        let timings = LeaseTimings::default();
-        let (_, e) = election(timings);
-        assert!(!e.renews_without_reading(), "a follower reads first");
-        e.leading.set(Some(Instant::now()));
-        assert!(e.renews_without_reading());
-        tokio::time::advance(timings.renew_deadline - Duration::from_millis(1)).await;
-        assert!(e.renews_without_reading(), "within the deadline");
-        // Frozen (SIGSTOP) past the deadline: another replica may hold the Lease by now.
-        tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(!e.renews_without_reading());
     }
 
     #[test]

@@ -421,11 +421,6 @@ async fn issue_as_leader(
     }
 }
 
-/// How often readiness reads the configurations without a kick. Every replica used to read them
-/// every 2 s: two GETs per replica that were most of what an idle install cost the API server
-/// (bench/RESULTS.md, "Sixth sitting").
-const READ_CONFIGURATIONS_EVERY: Duration = Duration::from_secs(30);
-
 /// Readiness on every replica: the pair it serves verifies against the caBundle published in both
 /// configurations, for the host the API server calls.
 ///
@@ -443,32 +438,16 @@ async fn check_readiness(
     // The configurations' resourceVersions when the bundle was last read: unchanged, the bundle
     // is too, and only their metadata is read (a kick, after a write, reads the bundle anyway).
     let mut read_at: Option<Vec<Option<String>>> = None;
-    let mut last_read: Option<tokio::time::Instant> = None;
     let mut was_kicked = true;
     loop {
         let kicked = kick.notified();
-        // The watch of the configurations kicks on every change; without a kick they are read
-        // every READ_CONFIGURATIONS_EVERY (a change a re-established watch missed), and again
-        // after 2 s when a read failed, while the pair is checked against the last bundle every
-        // 2 s.
-        let due =
-            was_kicked || last_read.is_none_or(|at| at.elapsed() >= READ_CONFIGURATIONS_EVERY);
-        let versions = if due {
-            Some(webhook_keeper::published_versions(&client, mode).await.ok())
-        } else {
-            None
-        };
-        let unchanged = versions
-            .as_ref()
-            .is_some_and(|v| !was_kicked && v.is_some() && *v == read_at);
-        if unchanged {
-            last_read = Some(tokio::time::Instant::now());
-        } else if let Some(versions) = versions {
+        let versions = webhook_keeper::published_versions(&client, mode).await.ok();
+        let unchanged = !was_kicked && versions.is_some() && versions == read_at;
+        if !unchanged {
             match webhook_keeper::published_bundle(&client, mode).await {
                 Ok(published) => {
                     last_published = Some(published);
                     read_at = versions;
-                    last_read = Some(tokio::time::Instant::now());
                 }
                 Err(e) => tracing::debug!(
                     error = %e,

@@ -564,67 +564,6 @@ async fn two_replicas_one_writer_and_a_handover() {
     .await;
 }
 
-/// The API server's count of `verb` requests on `resource` so far, whoever sent them.
-async fn requests(client: &kube::Client, verb: &str, resource: &str) -> f64 {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| l.contains(&format!("resource=\"{resource}\"")))
-        .filter(|l| l.contains(&format!("verb=\"{verb}\"")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// What an idle replica asks of the API server: the leader renews the Lease with one write (it
-/// does not read it first), and readiness does not poll the configurations (their watch tells it
-/// of a change). Before, a leader renewing every 500 ms read the Lease 20 times in 10 s, and
-/// readiness read each configuration every 2 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_leader_renews_with_one_write_and_polls_no_configuration() {
-    let cluster = Cluster::start().await;
-    let client = cluster.client.clone();
-    let a = cluster.operator("replica-a", &["--lease-retry-period", "500ms"]);
-    a.wait_ready(Duration::from_secs(60)).await;
-    eventually(Duration::from_secs(10), "replica-a to lead", || async {
-        a.metrics()
-            .await
-            .contains("koord_webhook_leader 1")
-            .then_some(())
-    })
-    .await;
-    // Settled: its first passes written.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let kinds = [
-        "mutatingwebhookconfigurations",
-        "validatingwebhookconfigurations",
-    ];
-    let count = || async {
-        let mut configurations = 0.0;
-        for kind in kinds {
-            configurations += requests(&client, "GET", kind).await;
-        }
-        (
-            requests(&client, "GET", "leases").await,
-            requests(&client, "PUT", "leases").await,
-            configurations,
-        )
-    };
-    let before = count().await;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let after = count().await;
-    let (gets, puts, reads) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
-    // About 20 renewals; the API server's own identity Lease adds a write or two, and a read
-    // when its own update fails.
-    assert!(puts >= 10.0, "the leader renewed {puts} times in 10 s");
-    assert!(gets <= 3.0, "{gets} Lease reads in 10 s ({puts} writes)");
-    // At most the leader's pass (every minute) and readiness's read every 30 s: each reads both.
-    assert!(reads <= 4.0, "{reads} reads of the configurations in 10 s");
-    a.wait_ready(Duration::from_secs(5)).await;
-}
-
 /// A lost `webhook-ca`, one replaced by garbage, and a `webhook-tls` whose key is not its
 /// certificate's: each repaired without a failed admission, a lost CA through the same stages as a
 /// planned rotation (it once switched CA at once, before the new bundle was published).

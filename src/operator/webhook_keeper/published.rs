@@ -95,10 +95,9 @@ pub async fn published_bundle(
 }
 
 /// The resourceVersion of each of the install's configurations (`None` for a missing one), read as
-/// metadata from the API server's watch cache: what readiness reads after a kick and every 30 s,
-/// reading the bundles again only when one changed. Whole configurations (every entry's caBundle
-/// and conditions, read from etcd) every 2 s were once most of what an idle install cost the API
-/// server.
+/// metadata from the API server's watch cache: what readiness polls, reading the bundles again only
+/// when one changed. Every replica polls every 2 s; whole configurations (every entry's caBundle
+/// and conditions, read from etcd) made that most of what an idle install cost the API server.
 pub async fn published_versions(client: &Client, mode: Mode) -> kube::Result<Vec<Option<String>>> {
     async fn version<C: Configuration>(
         client: &Client,
