@@ -184,17 +184,14 @@ class Cluster:
             time.sleep(1)
 
 
-def install_koord(cluster, koord=None, wide=False, image=None, serve_flags=()):
-    """manifests/install.yaml; `wide`: the manifests rendered with --narrow-calls=off; `image`: the
-    same manifests running another image (the baseline build of `BENCH_KOORD_BEFORE`);
-    `serve_flags`: rendered with these `--serve-flag`s."""
-    if wide or serve_flags:
-        flags = ["--narrow-calls=off"] if wide else []
-        flags += [f"--serve-flag={f}" for f in serve_flags]
-        rendered = subprocess.run([koord, "manifests", *flags], check=True,
-                                  capture_output=True, text=True).stdout
-    else:
-        rendered = open(os.path.join(ROOT, "manifests", "install.yaml")).read()
+def install_koord(cluster, koord, wide=False, image=None, serve_flags=()):
+    """manifests/install.yaml as `koord manifests` renders it, with these `--serve-flag`s; `wide`:
+    rendered with --narrow-calls=off; `image`: running another image (the baseline build of
+    `BENCH_KOORD_BEFORE`)."""
+    flags = ["--narrow-calls=off"] if wide else []
+    flags += [f"--serve-flag={f}" for f in serve_flags]
+    rendered = subprocess.run([koord, "manifests", *flags], check=True,
+                              capture_output=True, text=True).stdout
     if image:
         shipped = re.search(r"image: (ghcr.io/koord-webhook/koord-webhook:\S+)", rendered).group(1)
         rendered = rendered.replace(shipped, image)
@@ -393,18 +390,15 @@ def load(cluster, oha, dry_run, rate, duration, workload="plain"):
     }
 
 
-# The cases with a webhook running, whose connections are counted.
-SERVICES = {"koord-webhook": True, "koord-webhook before": True, "koord-webhook split-off": True,
-            "koord-webhook wide": True, "go-peer": True, "floor": True}
-
-
-def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile=None, service=None):
+def one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names, profile=None):
     """One load run and what it cost: the client's figures, the API server's CPU and webhook calls,
     the new TCP connections the API server opened (its network namespace's `ActiveOpens`: webhook
     connections and anything else it dialled), the webhook Pods' CPU; with `profile`, the API
     server's CPU profile of the run saved there."""
     cpu, webhook = cluster.apiserver_cpu(), namespace and cluster.pod_stats(namespace)
     calls, opens = cluster.webhook_metrics(names), cluster.tcp_active_opens()
+    # A case whose webhook runs in Pods (it has a namespace): its connections are counted.
+    service = namespace is not None
     known = cluster.webhook_connections() if service else set()
     pprof = None
     if profile:
@@ -470,7 +464,7 @@ def measure_round(cluster, oha, case, k, namespace, names, duration):
             os.makedirs(PPROF, exist_ok=True)
             profile = os.path.join(PPROF, f"{case}-{endpoint}-{k}.pprof".replace(" ", "-"))
         figures[endpoint] = one_run(cluster, oha, workload, dry_run, rate, duration, namespace, names,
-                                    profile, SERVICES.get(case))
+                                    profile)
     return figures
 
 

@@ -72,11 +72,11 @@ async fn fresh_install_rotation_drift_and_loss() {
     assert_eq!(bundle.trim(), ca_pem.trim());
     let published = bundles(&client).await;
     // Each entry with a labelled part is registered as two webhooks (--qos-split, the default).
-    let entries: usize = koord_webhook::entries::ENDPOINTS
-        .iter()
-        .flat_map(|endpoint| endpoint.entries)
-        .map(|entry| 1 + usize::from(entry.labelled_part.is_some()))
-        .sum();
+    let entries = support::registered_webhooks(
+        koord_webhook::entries::ENDPOINTS
+            .iter()
+            .flat_map(|endpoint| endpoint.entries),
+    );
     assert_eq!(
         published.len(),
         entries - 1,

@@ -649,13 +649,12 @@ async fn status_reports_for_operators(env: &Env<'_>) {
             .as_array()
             .unwrap()
             .len(),
-        koord_webhook::entries::ENDPOINTS
-            .iter()
-            .filter(|e| matches!(e.kind, koord_webhook::entries::WebhookKind::Mutating))
-            .flat_map(|e| e.entries)
-            .map(|entry| 1 + usize::from(entry.labelled_part.is_some()))
-            .sum::<usize>()
-            - 1,
+        support::registered_webhooks(
+            koord_webhook::entries::ENDPOINTS
+                .iter()
+                .filter(|e| matches!(e.kind, koord_webhook::entries::WebhookKind::Mutating))
+                .flat_map(|e| e.entries)
+        ) - 1,
         "the mutating entries but mpod-update, which narrowing leaves out, and mpod-create's \
          labelled part (--qos-split, the default)"
     );

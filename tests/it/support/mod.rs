@@ -20,6 +20,17 @@ use koord_webhook::server::{self, Limits, Shared};
 use koord_webhook::state::State;
 use koord_webhook::tls::CertResolver;
 
+/// How many webhooks these entries of the table are registered as: an entry with a labelled part
+/// is two (`--qos-split`, the default).
+pub fn registered_webhooks<'a>(
+    entries: impl IntoIterator<Item = &'a koord_webhook::entries::EntrySpec>,
+) -> usize {
+    entries
+        .into_iter()
+        .map(|entry| 1 + usize::from(entry.labelled_part.is_some()))
+        .sum()
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
