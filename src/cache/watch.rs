@@ -132,7 +132,56 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default,
 {
-    unwrapped(watcher::watcher(Api::<Unmanaged<K>>::all(client), config()).default_backoff())
+    unwrapped(streamed_or_paged(
+        Api::<Unmanaged<K>>::all(client),
+        config(),
+    ))
+}
+
+/// A watch whose (re)lists stream where the API server serves streaming lists (`sendInitialEvents`,
+/// WatchList: on by default since Kubernetes 1.32), and come in pages of [`LIST_PAGE`] where it
+/// refuses them. A streamed relist holds one object in flight, where a page holds fifty decoded
+/// at once per watch, and every watch relists at once after an API-server restart; the API server
+/// also serves it from its watch cache. A server without the feature (gate off, or before 1.27,
+/// which refuses `resourceVersionMatch` on a watch) answers the first request 4xx: this watch then
+/// lists in pages for the rest of the process.
+fn streamed_or_paged<K>(
+    api: Api<K>,
+    config: Config,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + use<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    let streamed = watcher::watcher(api.clone(), config.clone().streaming_lists())
+        .default_backoff()
+        .take_while(|event| {
+            let refused = event.as_ref().is_err_and(refuses_streaming_lists);
+            if refused {
+                tracing::info!(
+                    kind = %K::kind(&Default::default()),
+                    error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
+                    "the API server does not serve streaming lists; listing in pages"
+                );
+            }
+            future::ready(!refused)
+        });
+    let paged = futures::stream::once(future::ready(()))
+        .flat_map(move |()| watcher::watcher(api.clone(), config.clone()).default_backoff());
+    streamed.chain(paged)
+}
+
+/// Whether a watch error is the API server refusing a streaming list: a request it calls bad or
+/// invalid (the WatchList gate off: `sendInitialEvents is forbidden`; before 1.27:
+/// `resourceVersionMatch is forbidden for watch`) or a method it does not implement. Every other
+/// error (unreachable, 403, 429, 5xx, an expired resourceVersion) is retried as before.
+fn refuses_streaming_lists(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status)) => {
+            matches!(status.code, 400 | 405 | 422 | 501)
+        }
+        _ => false,
+    }
 }
 
 fn unwrapped<K>(
@@ -141,10 +190,11 @@ fn unwrapped<K>(
     stream.map(|event| event.map(|event| map_event(event, |Unmanaged(object)| object)))
 }
 
-/// Lists in pages of [`LIST_PAGE`] objects: a page is decoded whole before its objects are slimmed,
-/// and every watch relists at once after an API-server restart, so the page bounds that moment's
-/// transient memory (kube-runtime's default of 500 whole quotas or pods is several MiB per watch;
-/// 50 against 100 lowered the peak through a restart at the S scale by a few MiB, docs/scale.md).
+/// Where lists come in pages ([`streamed_or_paged`]), pages of [`LIST_PAGE`] objects: a page is
+/// decoded whole before its objects are slimmed, and every watch relists at once after an
+/// API-server restart, so the page bounds that moment's transient memory (kube-runtime's default of
+/// 500 whole quotas or pods is several MiB per watch; 50 against 100 lowered the peak through a
+/// restart at the S scale by a few MiB, docs/scale.md).
 fn config() -> Config {
     Config::default().page_size(LIST_PAGE)
 }
@@ -163,7 +213,7 @@ fn named_config_maps(
         .map(|(source, (namespace, name))| {
             let config = config().fields(&format!("metadata.name={name}"));
             let api = Api::<Unmanaged<ConfigMap>>::namespaced(client.clone(), namespace);
-            unwrapped(watcher::watcher(api, config).default_backoff())
+            unwrapped(streamed_or_paged(api, config))
                 .map(move |event| event.map(|e| (source, e)))
                 .boxed()
         });
@@ -333,6 +383,29 @@ pub async fn run<P>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_refused_watch_start_turns_a_watch_to_pages() {
+        let start = |code: u16| {
+            let status: kube::core::Status =
+                serde_json::from_value(serde_json::json!({"code": code})).unwrap();
+            watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(status)))
+        };
+        for code in [400, 405, 422, 501] {
+            assert!(refuses_streaming_lists(&start(code)), "{code}");
+        }
+        // Unauthorised, throttled, down or restarting: retried as a streaming list.
+        for code in [401, 403, 404, 410, 429, 500, 503] {
+            assert!(!refuses_streaming_lists(&start(code)), "{code}");
+        }
+        let status: kube::core::Status =
+            serde_json::from_value(serde_json::json!({"code": 422})).unwrap();
+        let listed = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status.clone())));
+        assert!(!refuses_streaming_lists(&listed));
+        assert!(!refuses_streaming_lists(&watcher::Error::WatchError(
+            Box::new(status)
+        )));
+    }
 
     fn quota(name: &str, parent: &str) -> ElasticQuota {
         serde_json::from_value(serde_json::json!({

@@ -279,3 +279,71 @@ async fn pods_are_watched_as_metadata_unless_quota_admission_needs_their_charge(
         drop(operator);
     }
 }
+
+/// The sum of kube-apiserver's samples of `metric` whose labels include every one of `labels`.
+fn apiserver_count(metrics: &str, metric: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// How the API server served the operator's lists of ElasticQuotas (only the operator lists them
+/// here): streamed (watch-list requests) and paged (LIST requests).
+async fn quota_lists(cluster: &Cluster) -> (u64, u64) {
+    let metrics = cluster.cp.apiserver_metrics().await;
+    let quotas = r#"resource="elasticquotas""#;
+    let streamed = apiserver_count(
+        &metrics,
+        "apiserver_watch_list_duration_seconds_count",
+        &[quotas],
+    );
+    let paged = apiserver_count(
+        &metrics,
+        "apiserver_request_total",
+        &[quotas, r#"verb="LIST""#],
+    );
+    (streamed, paged)
+}
+
+/// Relists stream where the API server serves streaming lists (no page of objects decoded at once,
+/// docs/scale.md), and come in pages where it refuses them: a server with the WatchList gate off
+/// answers `sendInitialEvents` with 422, and a watch that kept asking would never sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relists_stream_where_the_api_server_serves_it_and_page_where_it_refuses() {
+    for (gates, streams) in [("", true), ("--feature-gates=WatchList=false", false)] {
+        let cluster = Cluster::start_with(gates).await;
+        let cp = &cluster.cp;
+        let operator = cluster.operator("lists", &[]);
+        operator.wait_ready(Duration::from_secs(60)).await;
+        cp.kubectl_ok(&["apply", "-f", "-"], Some(QUOTA));
+        let quotas = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 1"#;
+        eventually(Duration::from_secs(20), quotas, || async {
+            operator.metrics().await.contains(quotas).then_some(())
+        })
+        .await;
+        let (streamed, paged) = quota_lists(&cluster).await;
+        if streams {
+            assert!(
+                streamed >= 1 && paged == 0,
+                "{gates:?}: {streamed} streamed, {paged} paged lists of quotas"
+            );
+        } else {
+            assert!(
+                streamed == 0 && paged >= 1,
+                "{gates:?}: {streamed} streamed, {paged} paged lists of quotas"
+            );
+        }
+
+        // The watch that followed goes on.
+        cp.kubectl_ok(&["delete", "elasticquota", "slim", "-n", "default"], None);
+        let gone = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 0"#;
+        eventually(Duration::from_secs(30), gone, || async {
+            operator.metrics().await.contains(gone).then_some(())
+        })
+        .await;
+    }
+}

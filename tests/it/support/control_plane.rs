@@ -18,12 +18,28 @@ fn script() -> PathBuf {
 
 impl ControlPlane {
     pub fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// A control plane whose kube-apiserver also gets `apiserver_args` (space-separated flags).
+    pub fn start_with(apiserver_args: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("koord-cp-")
             .tempdir()
             .expect("temporary directory");
-        let kubeconfig = super::start_cluster_script(&script(), dir.path(), "control plane");
+        let env = [("KOORD_CP_APISERVER_ARGS", apiserver_args)];
+        let kubeconfig = super::start_cluster_script(&script(), dir.path(), "control plane", &env);
         Self { dir, kubeconfig }
+    }
+
+    /// The text of kube-apiserver's own `/metrics`.
+    pub async fn apiserver_metrics(&self) -> String {
+        let client = self.client().await;
+        let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        client
+            .request_text(request)
+            .await
+            .expect("kube-apiserver serves /metrics")
     }
 
     pub async fn client(&self) -> kube::Client {

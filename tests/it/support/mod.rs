@@ -52,16 +52,18 @@ pub fn pod(
 }
 
 /// Runs `script up DIR` (scripts/control-plane or scripts/cluster) with this process as the owner
-/// its watchdog follows, and returns the KUBECONFIG path it printed last.
+/// its watchdog follows and `env` set, and returns the KUBECONFIG path it printed last.
 pub fn start_cluster_script(
     script: &std::path::Path,
     dir: &std::path::Path,
     what: &str,
+    env: &[(&str, &str)],
 ) -> PathBuf {
     let out = std::process::Command::new(script)
         .arg("up")
         .arg(dir)
         .env("KOORD_CP_OWNER_PID", std::process::id().to_string())
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap_or_else(|e| panic!("{} cannot run: {e}", script.display()));

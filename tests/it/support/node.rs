@@ -51,6 +51,7 @@ impl Node {
             &repo("scripts/cluster"),
             dir.path(),
             "the one-node cluster (scripts/cluster up; it needs root)",
+            &[],
         );
         let node = Self { dir, kubeconfig };
         let (name, archive) = image();

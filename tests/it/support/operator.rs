@@ -179,7 +179,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Self {
-        let cp = ControlPlane::start();
+        Self::start_with("").await
+    }
+
+    /// A cluster whose kube-apiserver also gets `apiserver_args` (space-separated flags).
+    pub async fn start_with(apiserver_args: &str) -> Self {
+        let cp = ControlPlane::start_with(apiserver_args);
         install(&cp);
         let client = cp.client().await;
         let dir = tempfile::tempdir().unwrap();
