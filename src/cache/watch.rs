@@ -71,6 +71,36 @@ struct Failures {
     health: WatchHealth,
 }
 
+impl Failures {
+    /// A client for `kind`'s watch that counts every watch the API server starts (2xx) as a
+    /// success of the kind. A watch resumed after an outage brings no event until its kind
+    /// changes (kube-runtime keeps bookmarks to itself), so without this a quiet kind (profiles
+    /// nobody edits) would count as failing from the outage on, and every replica would turn
+    /// unready `--watch-failure-bound` after an API-server restart.
+    fn client(&self, client: &Client, kind: &'static str) -> Client {
+        let inner = client.clone();
+        let health = self.health.clone();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (inner, health) = (inner.clone(), health.clone());
+            async move {
+                let watch = is_watch(request.uri());
+                let response = inner.send(request).await?;
+                if watch && response.status().is_success() {
+                    health.delivered(kind);
+                }
+                Ok::<_, kube::Error>(response)
+            }
+        });
+        Client::new(service, client.default_namespace().to_owned())
+    }
+}
+
+/// Whether a request to the API server is a watch (`watch=true`, or `1`).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query()
+        .is_some_and(|q| q.split('&').any(|p| matches!(p, "watch=true" | "watch=1")))
+}
+
 /// Feeds one watch into `apply` until the stream ends (never, in practice), counting broken
 /// watches.
 async fn drive<T, S>(
@@ -310,12 +340,13 @@ pub async fn run<P>(
         health,
     };
     let m = || failures.clone();
+    let c = |kind| failures.client(&client, kind);
     let aside = |kind| SetAside::new(kind, &metrics.unreadable_objects, unreadable.clone());
     tokio::join!(
         drive(
             "elasticquota",
             watch_lenient::<ElasticQuota>(
-                client.clone(),
+                c("elasticquota"),
                 aside("elasticquota").telling(quota_topology)
             ),
             quotas,
@@ -323,20 +354,23 @@ pub async fn run<P>(
         ),
         drive(
             "elasticquotaprofile",
-            watch_lenient::<ElasticQuotaProfile>(client.clone(), aside("elasticquotaprofile")),
+            watch_lenient::<ElasticQuotaProfile>(
+                c("elasticquotaprofile"),
+                aside("elasticquotaprofile")
+            ),
             into(elastic_quota_profiles),
             m()
         ),
         drive(
             "reservation",
-            watch_lenient::<Reservation>(client.clone(), aside("reservation")),
+            watch_lenient::<Reservation>(c("reservation"), aside("reservation")),
             into(reservations),
             m()
         ),
         drive(
             "clustercolocationprofile",
             watch_lenient::<ClusterColocationProfile>(
-                client.clone(),
+                c("clustercolocationprofile"),
                 aside("clustercolocationprofile")
             ),
             into(colocation_profiles),
@@ -344,36 +378,36 @@ pub async fn run<P>(
         ),
         drive(
             "configmap",
-            named_config_maps(&client, &wanted_config_maps),
+            named_config_maps(&c("configmap"), &wanted_config_maps),
             follow_named(config_maps, wanted_config_maps.len()),
             m()
         ),
         drive(
             "namespace",
-            watch::<PartialObjectMeta<Namespace>>(client.clone()),
+            watch::<PartialObjectMeta<Namespace>>(c("namespace")),
             into(namespaces),
             m()
         ),
         drive(
             "priorityclass",
-            watch::<PriorityClass>(client.clone()),
+            watch::<PriorityClass>(c("priorityclass")),
             into(priority_classes),
             m()
         ),
         drive(
             "node",
-            watch::<PartialObjectMeta<Node>>(client.clone()),
+            watch::<PartialObjectMeta<Node>>(c("node")),
             into(nodes),
             m()
         ),
         async move {
             if let Some(index_pod) = index_pod {
                 let apply = move |event| pods.apply(&map_event(event, |p| index_pod(&p)));
-                drive("pod", watch::<P>(client.clone()), apply, m()).await
+                drive("pod", watch::<P>(c("pod")), apply, m()).await
             } else {
                 let apply =
                     move |event| pods.apply(&map_event(event, |p| IndexedPod::from_meta(&p)));
-                let metadata = watch::<PartialObjectMeta<Pod>>(client.clone());
+                let metadata = watch::<PartialObjectMeta<Pod>>(c("pod"));
                 drive("pod", metadata, apply, m()).await
             }
         },

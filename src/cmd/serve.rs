@@ -80,6 +80,7 @@ fn operator_config(
         },
         child_request_quiet: settings.child_request_window,
         narrow_hold: flags.narrow_hold,
+        watch_failure_bound: flags.watch_failure_bound,
         config_maps: settings.config_maps(),
     }
 }

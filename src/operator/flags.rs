@@ -73,6 +73,12 @@ pub struct OperatorFlags {
     /// (longer than an admitted change takes to be stored and watched).
     #[arg(long, env = "KOORD_WEBHOOK_NARROW_HOLD", default_value = "120s", value_parser = parse_duration_arg)]
     pub narrow_hold: Duration,
+    /// How long a watch of the cache may fail without a success before the replica turns unready
+    /// (its cache no longer follows the cluster): longer than an API-server restart takes at the
+    /// largest measured state (~2 min at L1, docs/scale.md), so a restart alone does not take
+    /// every replica out at once.
+    #[arg(long, env = "KOORD_WEBHOOK_WATCH_FAILURE_BOUND", default_value = "180s", value_parser = parse_duration_arg)]
+    pub watch_failure_bound: Duration,
     /// `on`: the leader registers each pod entry as two webhooks, pods carrying Koordinator's QoS
     /// label sent by the second without matchConditions (the API server then does not convert
     /// them for CEL; docs/narrowing.md), while no other pod template of this install runs (during

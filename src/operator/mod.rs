@@ -65,6 +65,9 @@ pub struct OperatorConfig {
     /// How long after the last admitted change that needed a pod entry (and after its cache
     /// synced) the leader may narrow it (`--narrow-hold`).
     pub narrow_hold: Duration,
+    /// How long a watch may fail without a success before the replica turns unready
+    /// (`--watch-failure-bound`).
+    pub watch_failure_bound: Duration,
     /// The ConfigMaps the rules read (namespace, name): the only ones the cache watches.
     pub config_maps: Vec<(String, String)>,
 }
@@ -147,12 +150,13 @@ pub async fn run(
     ));
     let cache_ready = {
         let state = state.clone();
+        let watch_failure_bound = config.watch_failure_bound;
         async move {
             state.readiness.set_not_ready("cache", "not synced yet");
             cache.wait_until_synced().await;
             state.readiness.set_ready("cache");
             tracing::info!(objects = ?cache.sizes(), "cache synced");
-            follow_watch_health(&state, &watch_health).await;
+            follow_watch_health(&state, &watch_health, watch_failure_bound).await;
         }
     };
 
@@ -481,17 +485,17 @@ async fn check_readiness(
     }
 }
 
-/// How long a watch may fail without a success before the replica turns unready: longer than an
-/// API server restart takes at the largest measured state (~2 min at L1, docs/scale.md), so a
-/// restart alone does not take every replica out at once; shorter than a cache worth trusting.
-pub const WATCH_FAILURE_BOUND: std::time::Duration = std::time::Duration::from_secs(180);
-
 /// Readiness after the first sync: unready (check `watches`) while a watch has failed for longer than
-/// [`WATCH_FAILURE_BOUND`], naming it; ready again at its next success.
-async fn follow_watch_health(state: &State, health: &crate::cache::watch::WatchHealth) {
+/// `bound` (`--watch-failure-bound`), naming it; ready again at its next success: an event, or a
+/// watch the API server starts (`cache/watch.rs`).
+async fn follow_watch_health(
+    state: &State,
+    health: &crate::cache::watch::WatchHealth,
+    bound: Duration,
+) {
     const CHECK: &str = "watches";
     loop {
-        match health.failing_for(WATCH_FAILURE_BOUND) {
+        match health.failing_for(bound) {
             Some((kind, failed, error)) => state.readiness.set_not_ready(
                 CHECK,
                 format!(

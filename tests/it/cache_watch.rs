@@ -347,3 +347,29 @@ async fn relists_stream_where_the_api_server_serves_it_and_page_where_it_refuses
         .await;
     }
 }
+
+/// A watch that resumes after an API-server restart brings no event until its kind changes, and
+/// most kinds do not change for hours (profiles, priority classes, the SLO ConfigMap): the resumed
+/// watch is the success that ends the failure. Counted from events alone, every replica turned
+/// unready `--watch-failure-bound` after the restart and stayed so (the scale benchmark's third
+/// restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_ready_again_once_its_watches_resume_after_an_api_server_restart() {
+    let cluster = Cluster::start().await;
+    let operator = cluster.operator("resume", &["--watch-failure-bound", "20s"]);
+    operator.wait_ready(Duration::from_secs(60)).await;
+    // Down for longer than the bound: unready during the outage is right.
+    cluster.cp.restart_apiserver();
+    eventually(
+        Duration::from_secs(40),
+        "ready after the restart",
+        || async { (operator.readyz().await.0 == 200).then_some(()) },
+    )
+    .await;
+    // And it stays so with nothing changing (the bound passes again meanwhile).
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (code, body) = operator.readyz().await;
+        assert_eq!(code, 200, "{body}");
+    }
+}
