@@ -102,6 +102,15 @@ async fn a_bad_object_is_left_out_and_the_rest_syncs() {
     .await;
 }
 
+/// Waits (30 s at most) until the operator's cache holds `n` ElasticQuotas.
+async fn cached_quotas(operator: &Operator, n: usize) {
+    let want = format!(r#"koord_webhook_cache_objects{{kind="ElasticQuota"}} {n}"#);
+    eventually(Duration::from_secs(30), &want, || async {
+        operator.metrics().await.contains(&want).then_some(())
+    })
+    .await;
+}
+
 /// A quota as kubectl applies it: the API server adds managedFields, kubectl its last-applied copy.
 const QUOTA: &str = r#"
 apiVersion: scheduling.sigs.k8s.io/v1alpha1
@@ -120,21 +129,13 @@ async fn an_api_server_restart_relists_into_the_same_cache() {
     let operator = cluster.operator("relist", &[]);
     operator.wait_ready(Duration::from_secs(60)).await;
     cp.kubectl_ok(&["apply", "-f", "-"], Some(QUOTA));
-    let quotas = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 1"#;
-    eventually(Duration::from_secs(20), quotas, || async {
-        operator.metrics().await.contains(quotas).then_some(())
-    })
-    .await;
+    cached_quotas(&operator, 1).await;
 
     // The watches break (and relist when their version is gone); the cache follows the cluster
     // afterwards and the replica stays ready (it answers from the cache it has).
     cp.restart_apiserver();
     cp.kubectl_ok(&["delete", "elasticquota", "slim", "-n", "default"], None);
-    let gone = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 0"#;
-    eventually(Duration::from_secs(30), gone, || async {
-        operator.metrics().await.contains(gone).then_some(())
-    })
-    .await;
+    cached_quotas(&operator, 0).await;
     assert_eq!(operator.readyz().await.0, 200);
 }
 
@@ -320,11 +321,7 @@ async fn relists_stream_where_the_api_server_serves_it_and_page_where_it_refuses
         let operator = cluster.operator("lists", &[]);
         operator.wait_ready(Duration::from_secs(60)).await;
         cp.kubectl_ok(&["apply", "-f", "-"], Some(QUOTA));
-        let quotas = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 1"#;
-        eventually(Duration::from_secs(20), quotas, || async {
-            operator.metrics().await.contains(quotas).then_some(())
-        })
-        .await;
+        cached_quotas(&operator, 1).await;
         let (streamed, paged) = quota_lists(&cluster).await;
         if streams {
             assert!(
@@ -340,11 +337,7 @@ async fn relists_stream_where_the_api_server_serves_it_and_page_where_it_refuses
 
         // The watch that followed goes on.
         cp.kubectl_ok(&["delete", "elasticquota", "slim", "-n", "default"], None);
-        let gone = r#"koord_webhook_cache_objects{kind="ElasticQuota"} 0"#;
-        eventually(Duration::from_secs(30), gone, || async {
-            operator.metrics().await.contains(gone).then_some(())
-        })
-        .await;
+        cached_quotas(&operator, 0).await;
     }
 }
 

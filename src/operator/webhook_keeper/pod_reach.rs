@@ -16,6 +16,9 @@ use crate::entries::narrowing::record::{EntryState, ReachRecord, leader_reach, n
 use crate::features::FeatureGates;
 use crate::install::WebhookTarget;
 
+/// How soon the leader passes again when its cache has not listed profiles and quotas yet.
+const UNLISTED_RETRY: Duration = Duration::from_secs(1);
+
 /// The leader's view of what the pod entries need.
 pub struct PodReachSource {
     cache: Cache,
@@ -104,7 +107,14 @@ impl PodReachSource {
                 }
                 leader_reach(written.clone(), derived, passed)
             }
-            None => written.clone().unwrap_or(Reach::Every),
+            None => {
+                // Not listed yet: pass again soon rather than at the next tick (a minute), or a
+                // leader that passed before its watches listed would narrow a minute late.
+                let soon = Instant::now() + UNLISTED_RETRY;
+                let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+                *due = Some(due.map_or(soon, |d| d.min(soon)));
+                written.clone().unwrap_or(Reach::Every)
+            }
         };
         set(target, entry, reach.clone());
         // Sent every pod whatever the reach (a gate, an unguarded entry): recorded as such, so the
@@ -136,4 +146,43 @@ fn sends_every_pod(target: &WebhookTarget, entry: PodEntry, gates: &FeatureGates
         .flat_map(|w| w.entries)
         .find(|e| e.name == entry.entry_name())
         .is_none_or(|spec| target.calls(spec, gates) == Calls::All)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheWriter;
+
+    fn plan_once(source: &PodReachSource) {
+        let configuration = serde_json::json!({"webhooks": []});
+        let mut target = WebhookTarget::from_flags(
+            None,
+            9443,
+            &crate::install::entry_policy::EntryPolicy::default(),
+        );
+        source.plan(
+            &configuration,
+            PodEntry::Create,
+            &FeatureGates::default(),
+            &mut target,
+        );
+    }
+
+    #[test]
+    fn a_leader_whose_cache_has_not_listed_passes_again_within_a_second() {
+        let writer = CacheWriter::default();
+        let source = PodReachSource::new(writer.reader(), Duration::from_secs(120));
+        assert!(source.next_pass().is_none());
+        plan_once(&source);
+        let soon = source.next_pass().expect("a pass is due");
+        assert!(
+            soon <= UNLISTED_RETRY + Duration::from_millis(100),
+            "{soon:?}"
+        );
+        // Listed: the next pass is when the hold since the sync ends, not soon.
+        writer.mark_ready();
+        plan_once(&source);
+        let at_hold = source.next_pass().expect("the narrowing is held back");
+        assert!(at_hold > Duration::from_secs(100), "{at_hold:?}");
+    }
 }
