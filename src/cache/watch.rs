@@ -419,6 +419,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_watch_requests_count_as_a_started_watch() {
+        let uri = |s: &str| s.parse::<http::Uri>().unwrap();
+        assert!(is_watch(&uri("/api/v1/pods?watch=true&resourceVersion=1")));
+        assert!(is_watch(&uri("/api/v1/pods?limit=50&watch=1")));
+        assert!(!is_watch(&uri("/api/v1/pods?limit=50")));
+        assert!(!is_watch(&uri("/api/v1/pods?watch=false")));
+        assert!(!is_watch(&uri("/api/v1/namespaces/watch=true/pods")));
+    }
+
+    #[test]
     fn only_a_refused_watch_start_turns_a_watch_to_pages() {
         let start = |code: u16| {
             let status: kube::core::Status =
