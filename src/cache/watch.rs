@@ -186,14 +186,17 @@ where
     let streamed = watcher::watcher(api.clone(), config.clone().streaming_lists())
         .default_backoff()
         .take_while(|event| {
-            let refused = event.as_ref().is_err_and(refuses_streaming_lists);
-            if refused {
-                tracing::info!(
-                    kind = %K::kind(&Default::default()),
-                    error = %event.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-                    "the API server does not serve streaming lists; listing in pages"
-                );
-            }
+            let refused = match event {
+                Err(error) if refuses_streaming_lists(error) => {
+                    tracing::info!(
+                        kind = %K::kind(&Default::default()),
+                        %error,
+                        "the API server does not serve streaming lists; listing in pages"
+                    );
+                    true
+                }
+                _ => false,
+            };
             future::ready(!refused)
         });
     let paged = futures::stream::once(future::ready(()))

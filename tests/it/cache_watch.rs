@@ -281,28 +281,17 @@ async fn pods_are_watched_as_metadata_unless_quota_admission_needs_their_charge(
     }
 }
 
-/// The sum of kube-apiserver's samples of `metric` whose labels include every one of `labels`.
-fn apiserver_count(metrics: &str, metric: &str, labels: &[&str]) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter(|l| labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
-}
-
 /// How the API server served the operator's lists of ElasticQuotas (only the operator lists them
 /// here): streamed (watch-list requests) and paged (LIST requests).
 async fn quota_lists(cluster: &Cluster) -> (u64, u64) {
     let metrics = cluster.cp.apiserver_metrics().await;
     let quotas = r#"resource="elasticquotas""#;
-    let streamed = apiserver_count(
+    let streamed = crate::support::metric_sum(
         &metrics,
         "apiserver_watch_list_duration_seconds_count",
         &[quotas],
     );
-    let paged = apiserver_count(
+    let paged = crate::support::metric_sum(
         &metrics,
         "apiserver_request_total",
         &[quotas, r#"verb="LIST""#],

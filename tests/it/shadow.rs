@@ -95,14 +95,11 @@ fn koordinators(cp: &ControlPlane) -> String {
 
 /// The shadow's counts of one rule's results (`koord_webhook_admission_rule_results_total`).
 fn rule_results(metrics: &str, rule: &str, result: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("koord_webhook_admission_rule_results_total{"))
-        .filter(|l| l.contains(&format!("rule=\"{rule}\"")))
-        .filter(|l| l.contains(&format!("result=\"{result}\"")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+    support::metric_sum(
+        metrics,
+        "koord_webhook_admission_rule_results_total",
+        &[&format!("rule=\"{rule}\""), &format!("result=\"{result}\"")],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,10 +278,7 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
     }
     // Every answer of the shadow's was taken: its entries were called (the mutating paths through
     // validating entries among them) and none failed open.
-    let api_metrics = client
-        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
-        .await
-        .unwrap();
+    let api_metrics = cp.apiserver_metrics().await;
     let calls = support::webhook_calls(&api_metrics, ".shadow.koord-webhook.io");
     for entry in ["mpod-create", "vpod", "velasticquota"] {
         let (called, _) = calls[&format!("{entry}.shadow.koord-webhook.io")];

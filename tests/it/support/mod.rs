@@ -149,10 +149,19 @@ pub fn new_pair(name: &str) -> PemPair {
 
 /// The value of `koord_webhook_admission_requests_total` for one path (0 before its first request).
 pub fn requests_to(metrics: &str, path: &str) -> u64 {
-    let prefix = format!("koord_webhook_admission_requests_total{{webhook=\"{path}\"");
+    metric_sum(
+        metrics,
+        "koord_webhook_admission_requests_total",
+        &[&format!("webhook=\"{path}\"")],
+    )
+}
+
+/// The sum of the samples of `metric` (Prometheus text) whose labels include every one of `labels`.
+pub fn metric_sum(metrics: &str, metric: &str, labels: &[&str]) -> u64 {
     metrics
         .lines()
-        .filter(|l| l.starts_with(&prefix))
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u64)
         .sum()
