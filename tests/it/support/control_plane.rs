@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 pub struct ControlPlane {
     dir: tempfile::TempDir,
@@ -51,11 +52,23 @@ impl ControlPlane {
         kube::Client::try_from(config).unwrap()
     }
 
-    /// Stops kube-apiserver and starts it again (same port, same etcd).
+    /// Stops kube-apiserver and starts it again (same port, same etcd): SIGTERM, and SIGKILL 10 s
+    /// later if it still serves its open watches (every watch relists from the new server).
     pub fn restart_apiserver(&self) {
+        self.restart_apiserver_within(Duration::from_secs(10));
+    }
+
+    /// The same, waiting for kube-apiserver to end its open watches itself (its request timeout, a
+    /// minute): the watches end one by one and resume against the new server.
+    pub fn restart_apiserver_gracefully(&self) {
+        self.restart_apiserver_within(Duration::from_secs(120));
+    }
+
+    fn restart_apiserver_within(&self, grace: Duration) {
         let status = Command::new(script())
             .arg("restart-apiserver")
             .arg(self.dir.path())
+            .env("KOORD_CP_STOP_GRACE", grace.as_secs().to_string())
             .status()
             .expect("scripts/control-plane runs");
         assert!(status.success(), "kube-apiserver did not restart");
