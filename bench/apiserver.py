@@ -13,6 +13,9 @@ reaches, dry-run and real, in three cases measured in one run on the same machin
   the same pod entries as koord-webhook's (rules, namespace selector, failurePolicy, timeout);
 - floor: the same Pods run with `--floor`, answering "allowed" without reading the object: what any
   webhook costs at the least, same entries, same Service path;
+- floor patched: the same with `--floor-patch`: /mutate-pod answers every pod with the patch the peer
+  made for the first one, a constant (the Koordinator pods differ only in their generated names):
+  what any webhook that makes Koordinator's patch costs at the least;
 - conditions only: koord-webhook's pod entries with the matchConditions its leader wrote, and no
   koord-webhook running (the Service points nowhere, failurePolicy Ignore): what the API server spends
   deciding to skip a plain pod, without the operator's own API traffic;
@@ -272,7 +275,7 @@ def peer_image():
     return archive
 
 
-def install_peer(cluster, tmp, floor=False):
+def install_peer(cluster, tmp, floor=False, patch=False):
     service = f"go-peer.{PEER_NAMESPACE}.svc"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-days", "1", "-subj", f"/CN={service}", "-addext", f"subjectAltName=DNS:{service}",
@@ -293,7 +296,7 @@ def install_peer(cluster, tmp, floor=False):
              "spec": {"containers": [{
                  "name": "go-peer", "image": PEER_IMAGE, "imagePullPolicy": "Never",
                  "args": ["--port", "9443", "--host", "0.0.0.0", "--cert-dir", "/certs"]
-                 + (["--floor"] if floor else []),
+                 + (["--floor"] if floor else []) + (["--floor-patch"] if patch else []),
                  # No probe on 9443: every connection there is the API server's (counted per run).
                  "ports": [{"containerPort": 9443}], "resources": resources or {},
                  "volumeMounts": [{"name": "tls", "mountPath": "/certs", "readOnly": True}]}],
@@ -563,6 +566,8 @@ def run(log, record, oha, koord, duration):
                 Case("condition false", None, conditions_up("false"), conditions_down),
                 Case("go-peer", PEER_NAMESPACE, lambda: install_peer(cluster, d), peer_down),
                 Case("floor", PEER_NAMESPACE, lambda: install_peer(cluster, d, floor=True), peer_down),
+                Case("floor patched", PEER_NAMESPACE, lambda: install_peer(cluster, d, patch=True),
+                     peer_down),
             ]
             cases = [c for c in cases if wanted(c.name)]
             # The rounds visit the cases in turn, in reverse order every other round: the API

@@ -316,7 +316,7 @@ if koordinator:
     lines, targets = [], []
     for endpoint in koordinator:
         none = at("none", endpoint)
-        for case in ("floor", "go-peer", "koord-webhook", "koord-webhook wide"):
+        for case in ("floor", "floor patched", "go-peer", "koord-webhook", "koord-webhook wide"):
             r = at(case, endpoint)
             if not (none and r):
                 continue
@@ -332,6 +332,12 @@ if koordinator:
                             "yes" if cpu(k) <= cpu(p) else "no"))
             targets.append((f"{endpoint}: API server CPU / 1,000 <= 1.15x the floor's ({fmt(cpu(f))})",
                             ratio(cpu(k), cpu(f)), "yes" if cpu(k) <= 1.15 * cpu(f) else "no"))
+            fp = at("floor patched", endpoint)
+            if fp:
+                # What no webhook making Koordinator's patch goes below.
+                targets.append((f"{endpoint}: API server CPU / 1,000 <= 1.15x the patched floor's "
+                                f"({fmt(cpu(fp))}; the floor's x{ratio(cpu(fp), cpu(f))})",
+                                ratio(cpu(k), cpu(fp)), "yes" if cpu(k) <= 1.15 * cpu(fp) else "no"))
             for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
                 a_k, a_p = k[key] - none[key], p[key] - none[key]
                 targets.append((f"{endpoint}: {label} added <= the peer's ({fmt(a_p)} ms)", fmt(a_k),
