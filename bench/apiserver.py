@@ -13,9 +13,10 @@ reaches, dry-run and real, in three cases measured in one run on the same machin
   the same pod entries as koord-webhook's (rules, namespace selector, failurePolicy, timeout);
 - floor: the same Pods run with `--floor`, answering "allowed" without reading the object: what any
   webhook costs at the least, same entries, same Service path;
-- floor patched: the same with `--floor-patch`: /mutate-pod answers every pod with the patch the peer
-  made for the first one, a constant (the Koordinator pods differ only in their generated names):
-  what any webhook that makes Koordinator's patch costs at the least;
+- floor patched: the same with `--floor-patch`: once the peer has made a patch (the first Koordinator
+  pod; the warm-up's plain pods need none), /mutate-pod answers every pod with it, a constant (the
+  Koordinator pods differ only in their generated names): what any webhook that makes Koordinator's
+  patch costs at the least. Its plain-pod figures mean nothing and are not reported;
 - conditions only: koord-webhook's pod entries with the matchConditions its leader wrote, and no
   koord-webhook running (the Service points nowhere, failurePolicy Ignore): what the API server spends
   deciding to skip a plain pod, without the operator's own API traffic;

@@ -193,15 +193,16 @@ func floor(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.Request.UID)
 }
 
-// patchFloor answers like floor, with one addition at /mutate-pod: the patch mutatePod made for
-// the first pod it was sent, as a constant for every later pod. The benchmark's Koordinator pods
-// differ only in their generated names, which the patch does not touch, so the API server applies
-// the same patch a real answer carries while the webhook does no work: what applying Koordinator's
-// patch costs the API server, at the least.
+// patchFloor answers like floor, with one difference at /mutate-pod: once mutatePod has made a
+// patch (the first pod a profile selects; the benchmark's warm-up pods before it need none and get
+// mutatePod's own answer), that patch is the answer to every later pod, a constant. The benchmark's
+// Koordinator pods differ only in their generated names, which the patch does not touch, so the API
+// server applies the patch a real answer carries while the webhook reads nothing but the uid: what
+// applying Koordinator's patch costs the API server, at the least. Meant for the Koordinator
+// workload: a plain pod sent after it would be given the same patch.
 type patchFloor struct {
-	once  sync.Once
-	patch string // base64 of the JSON patch; empty when the first pod needed none
-	err   error
+	mu    sync.RWMutex
+	patch string // base64 of the JSON patch, once one was made
 }
 
 func (p *patchFloor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -214,28 +215,46 @@ func (p *patchFloor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	p.once.Do(func() {
-		var review admissionv1.AdmissionReview
-		if p.err = json.Unmarshal(body, &review); p.err != nil || review.Request == nil {
+	p.mu.RLock()
+	patch := p.patch
+	p.mu.RUnlock()
+	if patch == "" {
+		if patch, err = firstPatch(r.Context(), body); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		answer := mutatePod(r.Context(), admission.Request{AdmissionRequest: *review.Request})
-		if len(answer.Patches) > 0 {
-			var ops []byte
-			ops, p.err = json.Marshal(answer.Patches)
-			p.patch = base64.StdEncoding.EncodeToString(ops)
+		if patch != "" {
+			p.mu.Lock()
+			p.patch = patch
+			p.mu.Unlock()
 		}
-	})
-	if p.err != nil {
-		http.Error(w, p.err.Error(), http.StatusInternalServerError)
-		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if p.patch == "" {
+	if patch == "" {
 		fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.Request.UID)
 		return
 	}
-	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true,"patchType":"JSONPatch","patch":%q}}`, in.Request.UID, p.patch)
+	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true,"patchType":"JSONPatch","patch":%q}}`, in.Request.UID, patch)
+}
+
+// firstPatch is mutatePod's patch for the review in body, base64-encoded; empty when it makes none.
+func firstPatch(ctx context.Context, body []byte) (string, error) {
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return "", err
+	}
+	if review.Request == nil {
+		return "", fmt.Errorf("no request in the review")
+	}
+	answer := mutatePod(ctx, admission.Request{AdmissionRequest: *review.Request})
+	if len(answer.Patches) == 0 {
+		return "", nil
+	}
+	ops, err := json.Marshal(answer.Patches)
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(ops), nil
 }
 
 func main() {
@@ -243,7 +262,7 @@ func main() {
 	certDir := flag.String("cert-dir", ".", "directory with tls.crt and tls.key")
 	host := flag.String("host", "127.0.0.1", "address to listen on (0.0.0.0 in a Pod)")
 	floorMode := flag.Bool("floor", false, "answer allowed at both paths without reading the object")
-	patchMode := flag.Bool("floor-patch", false, "as --floor, and /mutate-pod answers every pod with the first pod's patch")
+	patchMode := flag.Bool("floor-patch", false, "as --floor, and /mutate-pod answers every pod with the first patch mutatePod made")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	server := webhook.NewServer(webhook.Options{Port: *port, CertDir: *certDir, Host: *host})
