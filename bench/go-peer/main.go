@@ -189,8 +189,17 @@ func floor(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	allow(w, in.Request.UID, "")
+}
+
+// allow writes an "allowed" answer for uid, with patch (base64 of a JSON patch) when there is one.
+func allow(w http.ResponseWriter, uid, patch string) {
 	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.Request.UID)
+	if patch == "" {
+		fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, uid)
+		return
+	}
+	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true,"patchType":"JSONPatch","patch":%q}}`, uid, patch)
 }
 
 // patchFloor answers like floor, with one difference at /mutate-pod: once mutatePod has made a
@@ -229,12 +238,7 @@ func (p *patchFloor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.mu.Unlock()
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	if patch == "" {
-		fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.Request.UID)
-		return
-	}
-	fmt.Fprintf(w, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":%q,"allowed":true,"patchType":"JSONPatch","patch":%q}}`, in.Request.UID, patch)
+	allow(w, in.Request.UID, patch)
 }
 
 // firstPatch is mutatePod's patch for the review in body, base64-encoded; empty when it makes none.

@@ -53,6 +53,12 @@ impl PodReachSource {
         Some(due.saturating_duration_since(Instant::now()) + Duration::from_millis(100))
     }
 
+    /// Asks for a pass no later than `at` (the earliest asked for is kept).
+    fn pass_by(&self, at: Instant) {
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        *due = Some(due.map_or(at, |d| d.min(at)));
+    }
+
     /// When the hold since `touched_ms` and since the sync has passed.
     fn hold_ends(&self, touched_ms: u64) -> Option<Instant> {
         let synced = (*self.synced_at.lock().unwrap_or_else(|e| e.into_inner()))?;
@@ -101,18 +107,18 @@ impl PodReachSource {
         let mut reach = match self.derived(entry) {
             Some(derived) => {
                 let passed = self.hold_passed(touched);
-                if !passed && Some(&derived) != written.as_ref() {
-                    let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
-                    *due = self.hold_ends(touched).into_iter().chain(*due).min();
+                if !passed
+                    && Some(&derived) != written.as_ref()
+                    && let Some(at) = self.hold_ends(touched)
+                {
+                    self.pass_by(at);
                 }
                 leader_reach(written.clone(), derived, passed)
             }
             None => {
                 // Not listed yet: pass again soon rather than at the next tick (a minute), or a
                 // leader that passed before its watches listed would narrow a minute late.
-                let soon = Instant::now() + UNLISTED_RETRY;
-                let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
-                *due = Some(due.map_or(soon, |d| d.min(soon)));
+                self.pass_by(Instant::now() + UNLISTED_RETRY);
                 written.clone().unwrap_or(Reach::Every)
             }
         };
