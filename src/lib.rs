@@ -14,6 +14,7 @@ pub mod install;
 pub mod kube_events;
 pub(crate) mod kube_ports;
 pub mod kubernetes_errors;
+pub mod memory;
 pub mod metrics;
 pub mod names;
 pub(crate) mod operator;

@@ -5,13 +5,6 @@ use clap::Parser;
 use koord_webhook::cli::{Cli, Command};
 use koord_webhook::{cmd, telemetry, tls};
 
-// Only for the static musl build (the image): musl's allocator costs several times glibc's on the
-// many small allocations of decoding a review. glibc builds (tests, development) keep the system
-// allocator. Its arena commit default is set in .cargo/config.toml.
-#[cfg(target_env = "musl")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     tls::install_default_provider();
     let cli = Cli::parse();

@@ -8,6 +8,7 @@ use koord_webhook::admission::Admission;
 use koord_webhook::cache::load::load_state;
 use koord_webhook::entries::EndpointName;
 use koord_webhook::features::FeatureGates;
+use koord_webhook::memory::Meter;
 use koord_webhook::metrics::Metrics;
 use koord_webhook::resources::Qty;
 use koord_webhook::resources::strategic_merge::{self, POD_KEYS};
@@ -39,18 +40,44 @@ fn admission() -> &'static (Admission, tokio::runtime::Runtime) {
     })
 }
 
+/// Bytes the answer to a body of `n` bytes may allocate, at most, all told: the decode is held to
+/// the body's estimate (`koord_webhook::memory`), and the rules, the copy a mutating chain keeps and
+/// the patch take a bounded multiple of what was decoded.
+pub fn answer_bound(n: usize) -> usize {
+    ANSWER_BYTES_PER_BODY_BYTE * n + ANSWER_FLOOR
+}
+pub const ANSWER_BYTES_PER_BODY_BYTE: usize = 64;
+pub const ANSWER_FLOOR: usize = 1 << 20;
+
 /// A body to `endpoint`'s path: either an HTTP error (Err) or a response that is an
-/// AdmissionReview. Every endpoint has a target calling this (checked in the main crate).
+/// AdmissionReview, and within [`answer_bound`] of memory. Every endpoint has a target calling
+/// this (checked in the main crate).
 pub fn review(endpoint: EndpointName, body: &[u8]) {
+    let peak = review_measured(endpoint, body);
+    assert!(
+        peak <= answer_bound(body.len()),
+        "answering {} bytes took {peak} bytes, more than {} (the bound)",
+        body.len(),
+        answer_bound(body.len())
+    );
+}
+
+/// As [`review`] without the bound: the most bytes the answer held at once (counted by the
+/// process's allocator on this thread, and on the blocking pool for the checks sent there).
+pub fn review_measured(endpoint: EndpointName, body: &[u8]) -> usize {
     let (admission, runtime) = admission();
     let path = endpoint.spec().path;
+    let meter = Meter::start(usize::MAX);
     let answer = runtime.block_on(admission.review(path, body, Some(Duration::from_secs(10))));
+    let peak = meter.peak();
+    drop(meter);
     if let Ok(response) = answer {
         let review: serde_json::Value =
             serde_json::from_slice(&response).expect("every response is JSON");
         assert_eq!(review["kind"], "AdmissionReview", "{review}");
         assert!(review["response"]["allowed"].is_boolean(), "{review}");
     }
+    peak
 }
 
 pub fn slo_config(text: &[u8]) {

@@ -22,9 +22,11 @@ use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
 use super::pod::object::Pod;
+use super::reservation::object::Reservation;
 use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
-use crate::apis::{ClusterColocationProfile, ElasticQuota, Reservation};
+use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::entries::EndpointSpec;
+use crate::memory::{Meter, decoded_estimate};
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
@@ -193,7 +195,17 @@ impl<T: Object> TypedEndpoint<T> {
         env: &Env,
         deadline: Deadline,
     ) -> Result<Vec<u8>, NoVerdict> {
-        let (head, request) = self.decode(body)?;
+        // What the decode takes is counted by the allocator and held to what the body's shape
+        // allows: a shape larger decoded than estimated is stopped at the first value past it.
+        let decoded = {
+            let meter = Meter::start(decoded_estimate(body));
+            let decoded = self.decode(body);
+            meter
+                .check()
+                .map_err(|over| NoVerdict::TooLarge(over, body.len()))?;
+            decoded
+        };
+        let (head, request) = decoded?;
         let span = tracing::info_span!(
             "admission",
             uid = %Clipped(&head.uid, MAX_LOGGED_NAME),

@@ -10,6 +10,9 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Semaphore;
 
+use crate::memory::Meter;
+use crate::memory::counting::charge;
+
 /// Slots for heavy checks, shared by every worker of the process.
 fn slots() -> &'static Arc<Semaphore> {
     static SLOTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
@@ -33,10 +36,16 @@ where
         .expect("the heavy-check semaphore is never closed");
     let task = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        work()
+        let meter = Meter::start(usize::MAX);
+        let result = work();
+        (result, meter.peak())
     });
     match task.await {
-        Ok(result) => result,
+        Ok((result, peak)) => {
+            // What the check took counts for the request that asked for it.
+            charge(peak);
+            result
+        }
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Only a runtime shutting down cancels a blocking task.
         Err(e) => panic!("heavy check cancelled: {e}"),

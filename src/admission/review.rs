@@ -5,6 +5,7 @@
 //! is told apart from an object that does not decode (a denied response, code 400): the envelope
 //! keeps `object`/`oldObject` as raw JSON, and each endpoint decodes them into its own type.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use base64::Engine;
@@ -14,7 +15,18 @@ use kube::core::{GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::message_clip::clip;
 use crate::apis::unread_fields::{optional_without_managed_fields, without_managed_fields};
+use crate::memory::metered::metered;
+
+/// `T` decoded without its `managedFields`, for a decode that is metered around it.
+struct Unmanaged<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Unmanaged<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        without_managed_fields(d).map(Unmanaged)
+    }
+}
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -39,6 +51,13 @@ pub enum NoVerdict {
     Malformed(#[from] MalformedReview),
     #[error("{0}")]
     TimedOut(String),
+    /// Decoding took more memory than the body's estimate allows (HTTP 413): a shape that is
+    /// larger decoded than its bytes say, stopped by the allocator's count.
+    #[error(
+        "decoding this review took more than the {} KiB its {} bytes are allowed (stopped at {} KiB)",
+        .0.limit >> 10, .1, .0.peak >> 10
+    )]
+    TooLarge(crate::memory::OverLimit, usize),
 }
 
 #[derive(Deserialize)]
@@ -84,8 +103,10 @@ pub struct WireRequest<'a> {
 
 impl<'a> WireRequest<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, MalformedReview> {
-        let review: WireReview<'a> =
-            serde_json::from_slice(body).map_err(|e| MalformedReview::Syntax(e.to_string()))?;
+        let mut d = serde_json::Deserializer::from_slice(body);
+        let review: WireReview<'a> = metered(&mut d)
+            .and_then(|r| d.end().map(|()| r))
+            .map_err(|e| MalformedReview::Syntax(e.to_string()))?;
         if review.api_version != API_VERSION || review.kind != KIND {
             return Err(MalformedReview::Version {
                 api_version: review.api_version,
@@ -149,7 +170,9 @@ where
     }
     // One UTF-8 check of the whole body is cheaper than serde_json's check of every string.
     let text = std::str::from_utf8(body).ok()?;
-    let review: TypedReview<T> = serde_json::from_str(text).ok()?;
+    let mut d = serde_json::Deserializer::from_str(text);
+    let review: TypedReview<T> = metered(&mut d).ok()?;
+    d.end().ok()?;
     if review.api_version != API_VERSION || review.kind != KIND {
         return None;
     }
@@ -224,7 +247,8 @@ fn decode_object<T: serde::de::DeserializeOwned>(
         Some(raw) if raw.get() == "null" => Ok(None),
         Some(raw) => {
             let mut d = serde_json::Deserializer::from_str(raw.get());
-            without_managed_fields(&mut d)
+            metered(&mut d)
+                .map(|Unmanaged(t)| t)
                 .and_then(|t| d.end().map(|()| Some(t)))
                 .map_err(|e| e.to_string())
         }
@@ -289,8 +313,8 @@ struct WireResponse<'a> {
     // `patchType` and `patch` are appended by [`append_patch`].
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     audit_annotations: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
+    #[serde(skip_serializing_if = "<[Cow<'a, str>]>::is_empty")]
+    warnings: &'a [Cow<'a, str>],
 }
 
 #[derive(Serialize)]
@@ -306,6 +330,9 @@ struct Empty {}
 
 /// Encodes the response AdmissionReview.
 pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
+    // What the answer quotes from the object is clipped (`message_clip.rs`).
+    let message = verdict.message.as_deref().map(clip);
+    let warnings: Vec<_> = verdict.warnings.iter().map(|w| clip(w)).collect();
     let review = WireResponseReview {
         api_version: API_VERSION,
         kind: KIND,
@@ -315,10 +342,10 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
             status: WireStatus {
                 metadata: Empty {},
                 code: verdict.code,
-                message: verdict.message.as_deref(),
+                message: message.as_deref(),
             },
             audit_annotations: &verdict.audit_annotations,
-            warnings: &verdict.warnings,
+            warnings: &warnings,
         },
     };
     let patch_len = verdict.patch.as_ref().map_or(0, |p| base64_len(p));

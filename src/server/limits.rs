@@ -19,17 +19,12 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// Request bytes held in memory at once, over all connections (eight of the largest bodies).
 pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 64 * 1024 * 1024;
 /// Memory a review may take while decoded and run, estimated from its body before decoding
-/// ([`decoded_estimate`]), over all requests at once, when the container's memory limit is not known.
+/// ([`decoded_estimate`](crate::memory::decoded_estimate)), over all requests at once, when the container's memory limit is not known.
 pub const DEFAULT_DECODE_BUDGET: usize = 96 * 1024 * 1024;
 /// The share of the container's memory limit (`KOORD_WEBHOOK_MEMORY_LIMIT`, from the Downward API)
 /// given to decoding, in eighths: with the raw request bytes (a quarter at most) and the cache and
 /// runtime, the worst mix stays under the limit.
 pub const DECODE_BUDGET_EIGHTHS: u64 = 3;
-/// Heap one JSON string of a review costs once decoded and run, measured (bench/memory.py): a pod of
-/// 3 MiB of short labels peaks 51 MiB above idle through `/mutate-pod` (the decoded object, its copy
-/// and the patch), about 195 bytes per string; `/validate-pod` about 80.
-pub const DECODED_BYTES_PER_STRING: usize = 200;
-
 /// Time to receive a whole body (shortened further by the API server's `?timeout=`).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest pause between two pieces of one body. The API server writes a body it holds in memory
@@ -55,7 +50,7 @@ pub struct Limits {
     pub max_streams_per_connection: usize,
     pub max_connections: usize,
     pub max_connections_per_address: usize,
-    /// Estimated decoded memory of the reviews in flight ([`decoded_estimate`]).
+    /// Estimated decoded memory of the reviews in flight ([`decoded_estimate`](crate::memory::decoded_estimate)).
     pub decode_budget: usize,
     /// Worker threads of the HTTP server.
     pub workers: usize,
@@ -99,12 +94,24 @@ type ByAddress = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
 /// The request bytes the server holds, as permits of one semaphore shared by every worker, and what
 /// each client address holds of them.
+///
+/// An address holds at most its share; and the last [`RESERVE_QUARTERS`] of the bytes are kept for
+/// addresses that hold little ([`reserve_share`](BodyBudget::reserve_share) each), so several
+/// addresses at their share together still leave every other caller room for its reviews.
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     permits: Arc<Semaphore>,
     by_address: ByAddress,
     share: usize,
+    total: usize,
 }
+
+/// The part of the request bytes, in quarters, that an address holding more than
+/// [`BodyBudget::reserve_share`] cannot take while other addresses hold bytes.
+pub const RESERVE_QUARTERS: usize = 1;
+/// What one address may hold of the reserve: a sixteenth of it (a review of ordinary size is a few
+/// KiB; 64 MiB of budget keep 1 MiB per address).
+pub const RESERVE_SHARES: usize = 16;
 
 /// Request bytes held until dropped: in the server's budget, and in its address's share.
 #[derive(Debug)]
@@ -121,16 +128,30 @@ pub enum BudgetFull {
     Server,
     /// This client address holds its share.
     Address { share: usize },
+    /// What is left is the reserve, and this address holds more than its part of it.
+    Reserve { per_address: usize },
 }
 
 impl BodyBudget {
     /// `bytes` in all, `share` of them for one address.
     pub fn new(bytes: usize, share: usize) -> Self {
+        let total = bytes.min(Semaphore::MAX_PERMITS);
         Self {
-            permits: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
+            permits: Arc::new(Semaphore::new(total)),
             by_address: Arc::default(),
             share,
+            total,
         }
+    }
+
+    /// The bytes kept for addresses that hold little.
+    fn reserve(&self) -> usize {
+        self.total / 4 * RESERVE_QUARTERS
+    }
+
+    /// What one address may hold once only the reserve is left.
+    pub fn reserve_share(&self) -> usize {
+        self.reserve() / RESERVE_SHARES
     }
 
     /// Takes `bytes` more for a body from `from` (added to `hold`, taken whole or not at all);
@@ -145,10 +166,21 @@ impl BodyBudget {
         let n = u32::try_from(bytes).map_err(|_| BudgetFull::Server)?;
         // The address's share is checked and taken under one lock with the server's permits.
         let mut held = from.map(|_| self.by_address.lock().unwrap_or_else(|p| p.into_inner()));
-        if let (Some(ip), Some(held)) = (from, held.as_ref())
-            && held.get(&ip).copied().unwrap_or(0) + bytes > self.share
-        {
-            return Err(BudgetFull::Address { share: self.share });
+        if let (Some(ip), Some(held)) = (from, held.as_ref()) {
+            let mine = held.get(&ip).copied().unwrap_or(0);
+            if mine + bytes > self.share {
+                return Err(BudgetFull::Address { share: self.share });
+            }
+            let free = self.permits.available_permits();
+            let others_hold = self.total - free - mine.min(self.total - free);
+            if others_hold > 0
+                && free.saturating_sub(bytes) < self.reserve()
+                && mine + bytes > self.reserve_share()
+            {
+                return Err(BudgetFull::Reserve {
+                    per_address: self.reserve_share(),
+                });
+            }
         }
         let permit = self
             .permits
@@ -208,66 +240,6 @@ impl Drop for BodyHold {
                 }
             }
         }
-    }
-}
-
-/// The memory a body will take once decoded and run: its bytes, a measured cost per JSON string,
-/// and one per other value (a number, `true`, `false`, `null`, an array or an object). Bodies of
-/// the same size differ twentyfold in decoded size (a few long strings, or a map of tiny labels),
-/// and a body of bare numbers costs more than either once decoded into `serde_json::Value`s, so the
-/// budget counts this, not bytes. A byte scan: ~1 ms per 3 MiB, nothing for a typical pod.
-pub fn decoded_estimate(body: &[u8]) -> usize {
-    let shape = JsonShape::of(body);
-    body.len()
-        .saturating_add(shape.strings.saturating_mul(DECODED_BYTES_PER_STRING))
-        .saturating_add(shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
-}
-
-/// Heap one JSON value that is not a string costs once decoded, measured (bench/memory.py): an
-/// 8 MiB review whose `request.options` is an array of 4 million zeros peaks ~270 MiB above idle,
-/// ~67 bytes each (a 32-byte `Value` in a vector that grew by doubling).
-pub const DECODED_BYTES_PER_VALUE: usize = 72;
-
-/// The values of a JSON text, counted without parsing it: strings, and everything else.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct JsonShape {
-    strings: usize,
-    others: usize,
-}
-
-impl JsonShape {
-    /// Outside strings, each `[` and `{` is a value and so is each run of the characters numbers and
-    /// literals are made of; a string is skipped to its closing quote with `memchr` (most of a
-    /// review's bytes are in strings: a byte-by-byte walk cost a sixth of a small review's time).
-    /// Malformed text is counted all the same (the decoder refuses it after).
-    fn of(body: &[u8]) -> Self {
-        let mut shape = Self::default();
-        let (mut i, mut in_scalar) = (0, false);
-        while let Some(&b) = body.get(i) {
-            i += 1;
-            if b == b'"' {
-                shape.strings += 1;
-                in_scalar = false;
-                // To the closing quote, stepping over escapes (`\"`, `\\`, `\u....`).
-                loop {
-                    match memchr::memchr2(b'"', b'\\', body.get(i..).unwrap_or_default()) {
-                        None => return shape,
-                        Some(k) if body[i + k] == b'\\' => i += k + 2,
-                        Some(k) => {
-                            i += k + 1;
-                            break;
-                        }
-                    }
-                }
-                continue;
-            }
-            let scalar = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.');
-            if matches!(b, b'[' | b'{') || (scalar && !in_scalar) {
-                shape.others += 1;
-            }
-            in_scalar = scalar;
-        }
-        shape
     }
 }
 
@@ -444,48 +416,39 @@ mod tests {
         assert_eq!(limits(4 << 20, 8 << 20).address_share(), 4 << 20);
     }
 
-    #[test]
-    fn the_shape_counts_values_outside_strings_only() {
-        let shape = |text: &str| JsonShape::of(text.as_bytes());
-        assert_eq!(
-            shape(r#"{"a":[0,-1.5e+3,true,null,{}],"b":"x\"[1,2]"}"#),
-            JsonShape {
-                strings: 3,
-                others: 7
+    proptest::proptest! {
+        /// However up to four addresses take the bytes (each up to its share, in any order and
+        /// size), a fifth address can still take a review of ordinary size: the reserve holds.
+        #[test]
+        fn several_addresses_at_their_share_leave_room_for_another(
+            takes in proptest::collection::vec((0u8..4, 1usize..(16 << 20)), 1..40)
+        ) {
+            let limits = Limits::default();
+            let budget = BodyBudget::new(limits.max_inflight_bytes, limits.address_share());
+            let mut holds: Vec<Option<BodyHold>> = (0..4).map(|_| None).collect();
+            for (who, bytes) in takes {
+                let ip = IpAddr::from([10, 0, 0, who]);
+                let _ = budget.take(Some(ip), bytes, &mut holds[usize::from(who)]);
+                proptest::prop_assert!(budget.held_by(ip) <= limits.address_share());
             }
-        );
-        assert_eq!(
-            shape("[0,0,0,0]"),
-            JsonShape {
-                strings: 0,
-                others: 5
-            }
-        );
+            let mut theirs = None;
+            let other = IpAddr::from([10, 0, 1, 1]);
+            proptest::prop_assert_eq!(budget.take(Some(other), 256 << 10, &mut theirs), Ok(()));
+            proptest::prop_assert!(budget.reserve_share() >= 1 << 20);
+        }
     }
 
     #[test]
-    fn numbers_cost_what_they_cost_once_decoded() {
-        // 4 million zeros in 8 MiB: about 300 MiB once decoded, more than the budget of a 256Mi
-        // replica (96 MiB), so such a review is refused before it is decoded.
-        let zeros = format!("[{}0]", "0,".repeat(4 << 20));
-        let estimate = decoded_estimate(zeros.as_bytes());
-        assert!(estimate > 280 << 20, "{} MiB", estimate >> 20);
-        assert!(estimate > decode_budget_for(Some(256 << 20)));
+    fn a_lone_address_may_use_the_reserve() {
+        // A budget smaller than a body: one caller alone still gets all of it.
+        let budget = BodyBudget::new(4 << 20, 4 << 20);
+        let mut hold = None;
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        assert_eq!(budget.take(Some(ip), 4 << 20, &mut hold), Ok(()));
     }
 
     #[test]
-    fn the_estimate_counts_strings_not_only_bytes() {
-        let few_long = format!("{{\"a\":\"{}\"}}", "x".repeat(1000));
-        let many_short = "{\"a\":\"b\",".repeat(100);
-        assert_eq!(few_long.len(), 1008);
-        assert_eq!(
-            decoded_estimate(few_long.as_bytes()),
-            1008 + 2 * DECODED_BYTES_PER_STRING + DECODED_BYTES_PER_VALUE
-        );
-        assert_eq!(
-            decoded_estimate(many_short.as_bytes()),
-            many_short.len() + 200 * DECODED_BYTES_PER_STRING + 100 * DECODED_BYTES_PER_VALUE
-        );
+    fn the_decode_budget_is_three_eighths_of_the_memory_limit() {
         assert_eq!(decode_budget_for(Some(256 << 20)), 96 << 20);
         assert_eq!(decode_budget_for(None), DEFAULT_DECODE_BUDGET);
     }

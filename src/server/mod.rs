@@ -36,6 +36,14 @@ pub const LISTEN_BACKLOG: i32 = 4096;
 /// everyone else's waiting. The API server's handshake takes milliseconds.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// TLS handshakes one client address may have in progress at once; a connection over it waits for
+/// one of its address's to end (at most [`TLS_HANDSHAKE_TIMEOUT`], then it is closed), before any
+/// TLS work. A handshake costs the server a key exchange and holds one of actix-tls's
+/// 256 handshake places per worker for up to [`TLS_HANDSHAKE_TIMEOUT`]: without this, a few
+/// addresses opening connections made everyone else's handshakes wait seconds. The API server
+/// opens a handful at a time.
+pub const HANDSHAKES_PER_ADDRESS: usize = 8;
+
 /// A listener on `addr` with [`LISTEN_BACKLOG`] (address reuse as std's `bind` sets it).
 pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
@@ -52,8 +60,8 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(150);
 
 /// A path that takes one method; the others get 405 with an `Allow` header.
 fn only(path: &'static str, method: Method) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(move |req, payload, shared| {
-        admission::method_not_allowed(req, payload, shared, method.clone())
+    web::resource(path).default_service(web::to(move |req| {
+        admission::method_not_allowed(req, method.clone())
     }))
 }
 
@@ -97,10 +105,9 @@ fn routes(
 
 /// Builds the server on an already bound listener; the caller awaits (or spawns) it.
 ///
-/// Each accepted connection goes through, in order: its address's slot (`per_address.rs`: over the
-/// cap it is closed at once, before any TLS work, so one caller's reconnects cannot queue everyone
-/// else's handshakes), the TLS handshake (within [`TLS_HANDSHAKE_TIMEOUT`]), then HTTP/1.1 or
-/// HTTP/2 as ALPN chose. This is what actix-web's `HttpServer::listen_rustls_0_23` assembles, with
+/// Each accepted connection goes through, in order: its address's slots (`per_address.rs`: one of
+/// its connections, closed at once over the cap, and a turn among its handshakes in progress:
+/// before any TLS work, so one caller's reconnects cannot queue everyone else's handshakes), the TLS handshake (within [`TLS_HANDSHAKE_TIMEOUT`]), then HTTP/1.1. This is what actix-web's `HttpServer::listen_rustls_0_23` assembles, with
 /// the slot in front of the handshake instead of after it (its `on_connect` runs after).
 pub fn build(
     listener: TcpListener,
@@ -110,12 +117,17 @@ pub fn build(
     use actix_web::rt::net::TcpStream;
 
     let mut tls = tls::server_config(shared.state.resolver.clone(), shared.client_ca.clone())?;
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // HTTP/1.1 only: the API server calls webhooks over HTTP/1.1 (its webhook client offers
+    // `http/1.1` alone by ALPN), and HTTP/2 as actix-http serves it has no limit on streams or on
+    // header lists (one connection opening 200,000 streams took 620 MiB). A client offering only
+    // `h2` is refused in the handshake.
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let limits = shared.limits.clone();
     let workers = limits.workers.max(1);
     let streams = limits.max_streams_per_connection.max(1);
     let endpoints: Vec<_> = shared.admission.paths().collect();
     let held = PerAddress::new(limits.max_connections_per_address);
+    let handshakes = PerAddress::new(HANDSHAKES_PER_ADDRESS);
     let data = web::Data::from(shared);
     let builder = actix_server::Server::build();
     let stopping = builder.graceful_shutdown_signal();
@@ -127,23 +139,26 @@ pub fn build(
         // `serve` handles SIGTERM itself (`shutdown.rs`): drain first, then stop.
         .disable_signals()
         .listen("koord-webhook-admission", listener, move || {
-            let held = held.clone();
+            let (held, handshakes) = (held.clone(), handshakes.clone());
             let slot = fn_service(move |io: TcpStream| {
-                let held = held.clone();
+                let (held, handshakes) = (held.clone(), handshakes.clone());
                 async move {
                     let ip = io.peer_addr().map_err(|_| ())?.ip();
                     let slot = held.take(ip).ok_or(())?;
+                    // Over its address's handshakes in progress, a connection waits its turn
+                    // (its own address's only), within the handshake timeout.
+                    let turn_until = tokio::time::Instant::now() + TLS_HANDSHAKE_TIMEOUT;
+                    let handshake = handshakes.take_waiting(ip, turn_until).await.ok_or(())?;
                     let _ = io.set_nodelay(true);
-                    Ok::<_, ()>(Held::new(io, slot))
+                    Ok::<_, ()>(Held::new(io, slot).handshaking(handshake))
                 }
             });
             let mut handshake = actix_tls::accept::rustls_0_23::Acceptor::new(tls.clone());
             handshake.set_handshake_timeout(TLS_HANDSHAKE_TIMEOUT);
-            let protocol = fn_service(|io: TlsStream<Held<TcpStream>>| async move {
-                let h2 = io.get_ref().1.alpn_protocol() == Some(b"h2");
+            let protocol = fn_service(|mut io: TlsStream<Held<TcpStream>>| async move {
+                io.get_mut().0.handshaken();
                 let peer = io.get_ref().0.peer_addr();
-                let protocol = if h2 { Protocol::Http2 } else { Protocol::Http1 };
-                Ok::<_, ()>((io, protocol, peer))
+                Ok::<_, ()>((io, Protocol::Http1, peer))
             });
             let stopping = stopping.clone();
             let http = actix_http::HttpService::build()

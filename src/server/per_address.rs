@@ -4,6 +4,7 @@
 //! ([`Held`], `mod.rs`), on the plain operations port from actix-web's `on_connect`.
 
 use std::collections::HashMap;
+use std::future::Future as _;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,8 @@ use futures::future::{Either, MapOk, Ready, ready};
 pub struct PerAddress {
     held: Mutex<HashMap<IpAddr, usize>>,
     per_address: usize,
+    /// Told whenever a slot goes back, for [`PerAddress::take_waiting`].
+    freed: tokio::sync::Notify,
 }
 
 /// One held connection; dropped when the connection closes.
@@ -32,15 +35,67 @@ pub struct Slot {
 }
 
 /// An accepted connection with its address's slot, taken before its TLS handshake: the slot goes
-/// back when the connection is dropped, however it ends (handshake timeout included).
+/// back when the connection is dropped, however it ends (handshake timeout included). Its writes
+/// have a stall timeout: a client that reads none of what is sent to it for [`WRITE_STALL_TIMEOUT`]
+/// gets the connection closed, and with it whatever answer was waiting to be written.
 pub struct Held<T> {
     io: T,
     _slot: Slot,
+    /// The address's handshake slot, until the TLS handshake is over.
+    handshaking: Option<Slot>,
+    /// Running while a write waits for the client to read.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
+
+/// How long a write may wait for a client that reads nothing. The API server reads an answer as
+/// it arrives; a caller that never reads would otherwise hold the answer's bytes as long as it
+/// likes.
+pub const WRITE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<T> Held<T> {
     pub fn new(io: T, slot: Slot) -> Self {
-        Self { io, _slot: slot }
+        Self {
+            io,
+            _slot: slot,
+            handshaking: None,
+            stalled: None,
+        }
+    }
+
+    /// Holds `slot` of the handshakes table until [`Held::handshaken`].
+    pub fn handshaking(mut self, slot: Slot) -> Self {
+        self.handshaking = Some(slot);
+        self
+    }
+
+    /// The TLS handshake is over: its slot goes back.
+    pub fn handshaken(&mut self) {
+        self.handshaking = None;
+    }
+
+    /// A write's outcome, turned into an error once it has waited [`WRITE_STALL_TIMEOUT`].
+    fn unless_stalled<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_STALL_TIMEOUT)));
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                self.stalled = None;
+                Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client read nothing of its answer for the write stall timeout",
+                )))
+            }
+        }
     }
 }
 
@@ -62,27 +117,33 @@ impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.unless_stalled(cx, polled)
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.unless_stalled(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.unless_stalled(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -109,6 +170,7 @@ impl PerAddress {
         Arc::new(Self {
             held: Mutex::default(),
             per_address,
+            freed: tokio::sync::Notify::new(),
         })
     }
 
@@ -129,6 +191,25 @@ impl PerAddress {
         })
     }
 
+    /// A slot for `ip`, waiting until `until` for one of its own to go back when it holds the
+    /// maximum: only that address's callers wait.
+    pub async fn take_waiting(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        until: tokio::time::Instant,
+    ) -> Option<Slot> {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the check, so a slot given back in between is not missed.
+            freed.as_mut().enable();
+            if let Some(slot) = self.take(ip) {
+                return Some(slot);
+            }
+            tokio::time::timeout_at(until, freed).await.ok()?;
+        }
+    }
+
     /// Connections `ip` holds now.
     pub fn held_by(&self, ip: IpAddr) -> usize {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
@@ -145,6 +226,8 @@ impl Drop for Slot {
                 held.remove(&self.ip);
             }
         }
+        drop(held);
+        self.table.freed.notify_waiters();
     }
 }
 
@@ -204,6 +287,70 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A client that reads nothing: the server's write waits, and fails once it has waited the
+    /// write stall timeout; a client that reads keeps its connection however slowly it goes.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_client_never_reads_fails_after_the_stall_timeout() {
+        let table = PerAddress::new(4);
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let (server, mut client) = tokio::io::duplex(1024);
+        let mut held = Held::new(server, table.take(ip).unwrap());
+        let started = tokio::time::Instant::now();
+        let e = held.write_all(&[b'x'; 64 * 1024]).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= WRITE_STALL_TIMEOUT);
+        drop(held);
+        assert_eq!(
+            table.held_by(ip),
+            0,
+            "the slot goes back with the connection"
+        );
+
+        let (server, mut reader) = tokio::io::duplex(1024);
+        let mut held = Held::new(server, table.take(ip).unwrap());
+        let reading = tokio::spawn(async move {
+            let mut sink = Vec::new();
+            let mut buf = [0u8; 512];
+            loop {
+                // Slower than the stall timeout in all, never stalled for it.
+                tokio::time::sleep(WRITE_STALL_TIMEOUT / 4).await;
+                match tokio::io::AsyncReadExt::read(&mut reader, &mut buf).await {
+                    Ok(0) | Err(_) => return sink.len(),
+                    Ok(n) => sink.extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        held.write_all(&[b'y'; 8 * 1024]).await.unwrap();
+        drop(held);
+        assert_eq!(reading.await.unwrap(), 8 * 1024);
+        drop(client.shutdown().await);
+    }
+
+    /// Handshake turns: over its cap an address waits for its own to end, never another's.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_waits_for_its_own_address_only() {
+        let table = PerAddress::new(1);
+        let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let first = table.take(a).unwrap();
+        let soon = || tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        assert!(
+            table.take_waiting(b, soon()).await.is_some(),
+            "b is not held up by a"
+        );
+        assert!(
+            table.take_waiting(a, soon()).await.is_none(),
+            "a waits, then gives up"
+        );
+        let waiting = tokio::spawn({
+            let table = table.clone();
+            async move { table.take_waiting(a, soon()).await.is_some() }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        drop(first);
+        assert!(waiting.await.unwrap(), "a's turn comes when its first ends");
+    }
 
     #[test]
     fn slots_are_capped_per_address_and_given_back() {

@@ -8,7 +8,7 @@ use std::path::Path;
 use koord_webhook::entries::EndpointName;
 
 #[path = "../../fuzz/src/lib.rs"]
-mod harness;
+pub(crate) mod harness;
 
 /// What the target of this name calls, as its `fuzz_targets/NAME.rs` does.
 fn target(name: &str) -> Option<fn(&[u8])> {

@@ -12,6 +12,7 @@ const FLOORS: &[(u8, &[&str])] = &[
     (
         1,
         &[
+            "memory",
             "metrics",
             "resources",
             "apis",
@@ -182,5 +183,29 @@ fn an_upward_import_is_seen() {
             ("cache.rs".to_owned(), "selectors".to_owned()),
             ("names.rs".to_owned(), "admission".to_owned())
         ]
+    );
+}
+
+/// `unsafe_code` is denied crate-wide (Cargo.toml) and allowed in one file: the counting allocator,
+/// which must implement the `unsafe` trait `GlobalAlloc`.
+#[test]
+fn only_the_counting_allocator_allows_unsafe_code() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let allowing: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.contains("allow(unsafe_code)") || text.contains("unsafe_code)]")
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert_eq!(allowing, ["memory/counting.rs"]);
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("unsafe_code = \"deny\""),
+        "Cargo.toml denies unsafe_code"
     );
 }

@@ -31,3 +31,4 @@ mod rule_actions;
 mod server;
 mod server_limits;
 mod shadow;
+mod shape_search;

@@ -5,10 +5,10 @@
 
 use kube::core::admission::Operation;
 
+use super::object::Reservation;
 use crate::admission::chain::{Ctx, Mutator, Step};
 use crate::admission::colocation::{self, apply_metadata, draw, priority_class};
 use crate::admission::outcome::{PluginResult, Rejection};
-use crate::apis::Reservation;
 use crate::resources::strategic_merge::RESERVATION_KEYS;
 
 pub struct ApplyColocationProfiles;
@@ -34,7 +34,7 @@ fn apply(ctx: &Ctx<'_, Reservation>, reservation: &mut Reservation) -> PluginRes
             continue;
         }
         apply_metadata(&mut reservation.metadata, spec);
-        if let Some(template) = reservation.spec.template.as_mut() {
+        if let Some(template) = reservation.spec.as_mut().and_then(|s| s.template.as_mut()) {
             let pod_spec = template.spec.get_or_insert_with(Default::default);
             if let Some(scheduler) = spec.scheduler_name.as_ref().filter(|s| !s.is_empty()) {
                 pod_spec.scheduler_name = Some(scheduler.clone());

@@ -1,9 +1,10 @@
 //! /mutate-reservation plugins.
 
 mod colocation_profile;
+pub(crate) mod object;
 
 use super::chain::Mutator;
-use crate::apis::Reservation;
+use object::Reservation;
 
 pub fn mutators() -> Vec<Box<dyn Mutator<Reservation>>> {
     vec![Box::new(colocation_profile::ApplyColocationProfiles)]

@@ -1,0 +1,330 @@
+"""Issue 60's hostile shapes against a build of koord-webhook, under the chart's memory limit.
+
+Each case starts a fresh `serve --state` with `--memory-limit 384Mi` (the chart's limit, passed as
+the chart passes it) and the image's allocator settings (`MIMALLOC_PURGE_DELAY=0`, as the
+Dockerfile sets), runs one attack, and reports the process's idle and peak RSS (VmHWM) and what the
+attack got. Reported, never asserted: `python3 bench/hostile.py --koord PATH [--before PATH]`
+prints a Markdown table per build (the image's build is target/x86_64-unknown-linux-musl/release).
+
+The attacks:
+- reservation-volumes: a 1 MiB /mutate-reservation review whose pod template has empty volumes
+  (`{"name":""}`), 1, 2 and 8 at once;
+- h2-streams: one TLS connection asking for h2 by ALPN, opening 200,000 streams (HEADERS without
+  END_STREAM; needs the `h2` package, installed from PyPI when missing);
+- unread-denials: 90 forged /validate-pod UPDATEs whose new `koordinator.sh/priority` label is
+  4 MiB, each on its own connection, none of whose answers is read;
+- trickle: four loopback addresses each send 4 MiB of an 8 MiB body and then a byte every 1.5 s,
+  while another address posts an ordinary review every 100 ms for 10 s (its answers counted);
+- handshakes: eight loopback addresses each open 256 connections that send nothing, while another
+  measures its own TLS handshakes (median of 20).
+"""
+import argparse
+import json
+import os
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIMIT = 384 << 20
+PORT = 19571
+
+
+class Server:
+    def __init__(self, koord, out):
+        self.log = open(os.path.join(out, "hostile-server.log"), "w")
+        env = dict(os.environ, MIMALLOC_PURGE_DELAY="0")
+        self.proc = subprocess.Popen(
+            [koord, "serve", "--port", str(PORT), "--bind-address", "0.0.0.0",
+             "--metrics-bind-address", "0", "--health-bind-address", "0",
+             "--state", os.path.join(ROOT, "bench", "state"),
+             "--tls-cert-file", os.path.join(out, "tls.crt"), "--tls-key-file", os.path.join(out, "tls.key"),
+             "--memory-limit", str(LIMIT)],
+            stdout=self.log, stderr=self.log, env=env)
+        deadline = time.time() + 60
+        while subprocess.run(["curl", "-sk", "-o", "/dev/null", f"https://127.0.0.1:{PORT}/healthz"]).returncode:
+            if self.proc.poll() is not None or time.time() > deadline:
+                sys.exit(f"the server did not start; see {self.log.name}")
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+    def status(self, field):
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def tls_context(alpn=("http/1.1",)):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+def connect(source="127.0.0.1", alpn=("http/1.1",)):
+    raw = socket.create_connection(("127.0.0.1", PORT), timeout=30, source_address=(source, 0))
+    return tls_context(alpn).wrap_socket(raw, server_hostname="localhost")
+
+
+def request(path, body):
+    return (f"POST {path}?timeout=10s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def status_of(sock):
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return "closed"
+        data += chunk
+    return data.split(b" ", 2)[1].decode()
+
+
+def review(kind, resource, group, operation, obj, old=None):
+    version = "v1alpha1" if group else "v1"
+    request = {"uid": "u", "kind": {"group": group, "version": version, "kind": kind},
+               "resource": {"group": group, "version": version, "resource": resource},
+               "operation": operation, "userInfo": {"username": "bench"}, "object": obj,
+               "oldObject": old}
+    if obj.get("metadata", {}).get("namespace"):
+        request["namespace"] = obj["metadata"]["namespace"]
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": request}, separators=(",", ":")).encode()
+
+
+def reservation_volumes(size):
+    volumes = [{"name": ""}] * (size // 12)
+    obj = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+           "metadata": {"name": "r", "labels": {"app": "a"}},
+           "spec": {"template": {"spec": {"containers": [{"name": "c"}], "volumes": volumes}},
+                    "owners": [{"object": {"name": "p"}}]}}
+    return review("Reservation", "reservations", "scheduling.koordinator.sh", "CREATE", obj)
+
+
+def priority_update(size):
+    def pod(priority):
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default",
+                             "labels": {"koordinator.sh/priority": priority}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    return review("Pod", "pods", "", "UPDATE", pod("x" * size), old=pod("1"))
+
+
+def post_all(path, body, n):
+    codes = []
+
+    def one():
+        try:
+            s = connect()
+            s.sendall(request(path, body))
+            codes.append(status_of(s))
+            s.close()
+        except OSError as e:
+            codes.append(type(e).__name__)
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return " ".join(sorted(set(f"{codes.count(c)}x{c}" for c in codes)))
+
+
+def attack_reservation(server, n):
+    return post_all("/mutate-reservation", reservation_volumes(1 << 20), n)
+
+
+def attack_h2_streams(server):
+    try:
+        import h2.connection
+        import h2.config
+    except ImportError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "h2"], check=True)
+        import h2.connection
+        import h2.config
+    try:
+        s = connect(alpn=("h2",))
+    except (ssl.SSLError, OSError) as e:
+        return f"refused at the handshake ({type(e).__name__})"
+    if s.selected_alpn_protocol() != "h2":
+        return f"no h2 (ALPN {s.selected_alpn_protocol()})"
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    s.sendall(conn.data_to_send())
+    sent = 0
+    headers = [(":method", "POST"), (":path", "/validate-pod"), (":scheme", "https"), (":authority", "x")]
+    try:
+        for i in range(200_000):
+            conn.send_headers(1 + 2 * i, headers)
+            sent += 1
+            if i % 1000 == 999:
+                s.sendall(conn.data_to_send())
+        s.sendall(conn.data_to_send())
+        time.sleep(3)
+    except Exception as e:  # the server may end the connection: what it did is the figure
+        return f"{sent} streams opened, then {type(e).__name__}"
+    return f"{sent} streams opened"
+
+
+def attack_unread_denials(server):
+    body = priority_update(4 << 20)
+    held = []
+    for _ in range(90):
+        try:
+            s = connect()
+            s.sendall(request("/validate-pod", body))
+            held.append(s)
+        except OSError:
+            pass
+        time.sleep(0.05)
+    time.sleep(3)
+    # Whether the server still holds the connections after its write timeout.
+    time.sleep(10)
+    closed = 0
+    for s in held:
+        s.setblocking(False)
+        try:
+            s.recv(1)
+        except ssl.SSLWantReadError:
+            continue
+        except OSError:
+            closed += 1
+    return f"{len(held)} sent; answers unread"
+
+
+def attack_trickle(server):
+    stop = threading.Event()
+    body = priority_update(0)
+    header = (f"POST /validate-pod HTTP/1.1\r\nHost: x\r\nContent-Length: {8 << 20}\r\n\r\n").encode()
+
+    def trickler(source):
+        socks = []
+        for _ in range(4):
+            try:
+                s = connect(source)
+                s.sendall(header + b" " * (4 << 20))
+                socks.append(s)
+            except OSError:
+                pass
+        while not stop.is_set():
+            for s in socks:
+                try:
+                    s.send(b" ")
+                except OSError:
+                    pass
+            time.sleep(1.5)
+    threads = [threading.Thread(target=trickler, args=(f"127.0.0.{i}",)) for i in range(2, 6)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    codes = []
+    until = time.time() + 10
+    while time.time() < until:
+        try:
+            s = connect("127.0.0.9")
+            s.sendall(request("/validate-pod", body))
+            codes.append(status_of(s))
+            s.close()
+        except OSError as e:
+            codes.append(type(e).__name__)
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+    return f"another address: {codes.count('200')} of {len(codes)} answered 200, {codes.count('503')} refused 503"
+
+
+def attack_handshakes(server):
+    stop = threading.Event()
+    opened = []
+
+    def opener(source):
+        while not stop.is_set():
+            try:
+                raw = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=(source, 0))
+                opened.append(raw)
+            except OSError:
+                time.sleep(0.01)
+            if len(opened) > 8 * 256:
+                time.sleep(0.05)
+    threads = [threading.Thread(target=opener, args=(f"127.0.0.{i}",)) for i in range(10, 18)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    times = []
+    for _ in range(20):
+        started = time.time()
+        try:
+            s = connect("127.0.0.1")
+            times.append(time.time() - started)
+            s.close()
+        except OSError:
+            times.append(float("inf"))
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join()
+    for s in opened:
+        s.close()
+    return f"handshake median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
+
+
+CASES = [
+    ("reservation-volumes 1 MiB", lambda s: attack_reservation(s, 1)),
+    ("reservation-volumes 1 MiB, 2 at once", lambda s: attack_reservation(s, 2)),
+    ("reservation-volumes 1 MiB, 8 at once", lambda s: attack_reservation(s, 8)),
+    ("h2-streams 200,000", attack_h2_streams),
+    ("unread-denials 90 x 4 MiB", attack_unread_denials),
+    ("trickle, 4 addresses", attack_trickle),
+    ("handshakes, 8 addresses", attack_handshakes),
+]
+
+
+def run(label, koord, out):
+    print(f"\n{label} ({koord}), --memory-limit 384Mi, MIMALLOC_PURGE_DELAY=0\n")
+    print("| attack | idle MiB | peak MiB | peak / limit | outcome | replica alive |")
+    print("| --- | ---: | ---: | ---: | --- | --- |")
+    for name, attack in CASES:
+        server = Server(koord, out)
+        idle = server.status("VmRSS")
+        outcome = attack(server)
+        peak = server.status("VmHWM")
+        alive = server.alive()
+        server.stop()
+        print(f"| {name} | {idle:.1f} | {peak:.1f} | {peak * (1 << 20) / LIMIT:.2f} | {outcome} | {'yes' if alive else 'no'} |",
+              flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--koord", required=True)
+    parser.add_argument("--before")
+    args = parser.parse_args()
+    out = tempfile.mkdtemp(prefix="hostile-")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-subj", "/CN=localhost", "-days", "1", "-keyout", os.path.join(out, "tls.key"),
+                    "-out", os.path.join(out, "tls.crt")], check=True, capture_output=True)
+    if args.before:
+        run("before", args.before, out)
+    run("after", args.koord, out)
+
+
+if __name__ == "__main__":
+    main()

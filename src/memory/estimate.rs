@@ -1,0 +1,120 @@
+//! The memory a review will take once decoded, read off its body's bytes before anything is
+//! decoded: what the server takes from its decode budget (`server/limits.rs`), and the limit the
+//! allocator's meter then holds the decode to (`counting.rs`, `metered.rs`).
+
+/// Heap one JSON string of a review costs once decoded and run, measured (bench/memory.py): a pod of
+/// 3 MiB of short labels peaks 51 MiB above idle through `/mutate-pod` (the decoded object, its copy
+/// and the patch), about 195 bytes per string; `/validate-pod` about 80.
+pub const DECODED_BYTES_PER_STRING: usize = 200;
+
+/// The memory a body will take once decoded and run: its bytes, a measured cost per JSON string,
+/// and one per other value (a number, `true`, `false`, `null`, an array or an object). Bodies of
+/// the same size differ twentyfold in decoded size (a few long strings, or a map of tiny labels),
+/// and a body of bare numbers costs more than either once decoded into `serde_json::Value`s, so the
+/// budget counts this, not bytes. A byte scan: ~1 ms per 3 MiB, nothing for a typical pod.
+pub fn decoded_estimate(body: &[u8]) -> usize {
+    let shape = JsonShape::of(body);
+    body.len()
+        .saturating_add(shape.strings.saturating_mul(DECODED_BYTES_PER_STRING))
+        .saturating_add(shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
+}
+
+/// Heap one JSON value that is not a string costs once decoded, measured (bench/memory.py): an
+/// 8 MiB review whose `request.options` is an array of 4 million zeros peaks ~270 MiB above idle,
+/// ~67 bytes each (a 32-byte `Value` in a vector that grew by doubling).
+pub const DECODED_BYTES_PER_VALUE: usize = 72;
+
+/// The values of a JSON text, counted without parsing it: strings, and everything else.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct JsonShape {
+    strings: usize,
+    others: usize,
+}
+
+impl JsonShape {
+    /// Outside strings, each `[` and `{` is a value and so is each run of the characters numbers and
+    /// literals are made of; a string is skipped to its closing quote with `memchr` (most of a
+    /// review's bytes are in strings: a byte-by-byte walk cost a sixth of a small review's time).
+    /// Malformed text is counted all the same (the decoder refuses it after).
+    fn of(body: &[u8]) -> Self {
+        let mut shape = Self::default();
+        let (mut i, mut in_scalar) = (0, false);
+        while let Some(&b) = body.get(i) {
+            i += 1;
+            if b == b'"' {
+                shape.strings += 1;
+                in_scalar = false;
+                // To the closing quote, stepping over escapes (`\"`, `\\`, `\u....`).
+                loop {
+                    match memchr::memchr2(b'"', b'\\', body.get(i..).unwrap_or_default()) {
+                        None => return shape,
+                        Some(k) if body[i + k] == b'\\' => i += k + 2,
+                        Some(k) => {
+                            i += k + 1;
+                            break;
+                        }
+                    }
+                }
+                continue;
+            }
+            let scalar = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.');
+            if matches!(b, b'[' | b'{') || (scalar && !in_scalar) {
+                shape.others += 1;
+            }
+            in_scalar = scalar;
+        }
+        shape
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shape_counts_values_outside_strings_only() {
+        let shape = |text: &str| JsonShape::of(text.as_bytes());
+        assert_eq!(
+            shape(r#"{"a":[0,-1.5e+3,true,null,{}],"b":"x\"[1,2]"}"#),
+            JsonShape {
+                strings: 3,
+                others: 7
+            }
+        );
+        assert_eq!(
+            shape("[0,0,0,0]"),
+            JsonShape {
+                strings: 0,
+                others: 5
+            }
+        );
+    }
+
+    #[test]
+    fn numbers_cost_what_they_cost_once_decoded() {
+        // 4 million zeros in 8 MiB: about 300 MiB once decoded, more than the budget of a 256Mi
+        // replica (96 MiB), so such a review is refused before it is decoded.
+        let zeros = format!("[{}0]", "0,".repeat(4 << 20));
+        let estimate = decoded_estimate(zeros.as_bytes());
+        assert!(estimate > 280 << 20, "{} MiB", estimate >> 20);
+        assert!(
+            estimate > 96 << 20,
+            "more than a 256Mi replica's decode budget"
+        );
+    }
+
+    #[test]
+    fn the_estimate_counts_strings_not_only_bytes() {
+        let few_long = format!("{{\"a\":\"{}\"}}", "x".repeat(1000));
+        let many_short = "{\"a\":\"b\",".repeat(100);
+        assert_eq!(few_long.len(), 1008);
+        assert_eq!(
+            decoded_estimate(few_long.as_bytes()),
+            1008 + 2 * DECODED_BYTES_PER_STRING + DECODED_BYTES_PER_VALUE
+        );
+        assert_eq!(
+            decoded_estimate(many_short.as_bytes()),
+            many_short.len() + 200 * DECODED_BYTES_PER_STRING + 100 * DECODED_BYTES_PER_VALUE
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! A deserializer wrapper that stops a decode once the thread's meter is over its limit
+//! (`counting.rs`): it asks at every value, map key and element, so the decode ends one value past
+//! the limit whatever the type does with what it reads. Without a meter on the thread it only passes
+//! values on.
+//!
+//! It wraps every deserializer, visitor and access the type is handed, down to the leaves, as
+//! serde's own adapters do; a type's custom `Deserialize` (the slim pod's open objects, the
+//! unread-field filter) sees the wrapper like any deserializer.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, Visitor};
+
+use super::counting::over_limit;
+
+/// The error a decode stops with; the caller tells it from a syntax error by its meter.
+pub const OVER_LIMIT: &str = "decoding stopped: the review's memory allowance is spent";
+
+/// Decodes `T` from `deserializer`, stopping at the first value after this thread's meter is past
+/// its limit.
+pub fn metered<'de, T, D>(deserializer: D) -> Result<T, D::Error>
+where
+    T: de::Deserialize<'de>,
+    D: Deserializer<'de>,
+{
+    T::deserialize(Metered(deserializer))
+}
+
+fn check<E: de::Error>() -> Result<(), E> {
+    if over_limit() {
+        Err(E::custom(OVER_LIMIT))
+    } else {
+        Ok(())
+    }
+}
+
+/// A deserializer whose values are checked.
+struct Metered<D>(D);
+
+macro_rules! forward {
+    ($($method:ident ( $($arg:ident : $ty:ty),* )),* $(,)?) => {$(
+        fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, D::Error> {
+            check()?;
+            self.0.$method($($arg,)* Metered(visitor))
+        }
+    )*};
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Metered<D> {
+    type Error = D::Error;
+
+    forward!(
+        deserialize_any(),
+        deserialize_bool(),
+        deserialize_i8(),
+        deserialize_i16(),
+        deserialize_i32(),
+        deserialize_i64(),
+        deserialize_i128(),
+        deserialize_u8(),
+        deserialize_u16(),
+        deserialize_u32(),
+        deserialize_u64(),
+        deserialize_u128(),
+        deserialize_f32(),
+        deserialize_f64(),
+        deserialize_char(),
+        deserialize_str(),
+        deserialize_string(),
+        deserialize_bytes(),
+        deserialize_byte_buf(),
+        deserialize_option(),
+        deserialize_unit(),
+        deserialize_unit_struct(name: &'static str),
+        deserialize_newtype_struct(name: &'static str),
+        deserialize_seq(),
+        deserialize_tuple(len: usize),
+        deserialize_tuple_struct(name: &'static str, len: usize),
+        deserialize_map(),
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]),
+        deserialize_enum(name: &'static str, variants: &'static [&'static str]),
+        deserialize_identifier(),
+        deserialize_ignored_any(),
+    );
+
+    fn is_human_readable(&self) -> bool {
+        self.0.is_human_readable()
+    }
+}
+
+macro_rules! pass {
+    ($($method:ident ( $ty:ty )),* $(,)?) => {$(
+        fn $method<E: de::Error>(self, v: $ty) -> Result<V::Value, E> {
+            self.0.$method(v)
+        }
+    )*};
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Metered<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.expecting(f)
+    }
+
+    pass!(
+        visit_bool(bool),
+        visit_i8(i8),
+        visit_i16(i16),
+        visit_i32(i32),
+        visit_i64(i64),
+        visit_i128(i128),
+        visit_u8(u8),
+        visit_u16(u16),
+        visit_u32(u32),
+        visit_u64(u64),
+        visit_u128(u128),
+        visit_f32(f32),
+        visit_f64(f64),
+        visit_char(char),
+        visit_str(&str),
+        visit_borrowed_str(&'de str),
+        visit_string(String),
+        visit_bytes(&[u8]),
+        visit_borrowed_bytes(&'de [u8]),
+        visit_byte_buf(Vec<u8>),
+    );
+
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.0.visit_none()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.0.visit_unit()
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.0.visit_some(Metered(d))
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.0.visit_newtype_struct(Metered(d))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        self.0.visit_seq(Metered(seq))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.0.visit_map(Metered(map))
+    }
+
+    fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
+        self.0.visit_enum(Metered(data))
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Metered<S> {
+    type Value = S::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+        self.0.deserialize(Metered(d))
+    }
+}
+
+impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for Metered<A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        check()?;
+        self.0.next_element_seed(Metered(seed))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.0.size_hint()
+    }
+}
+
+impl<'de, A: de::MapAccess<'de>> de::MapAccess<'de> for Metered<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        check()?;
+        self.0.next_key_seed(Metered(seed))
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        check()?;
+        self.0.next_value_seed(Metered(seed))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.0.size_hint()
+    }
+}
+
+impl<'de, A: de::EnumAccess<'de>> de::EnumAccess<'de> for Metered<A> {
+    type Error = A::Error;
+    type Variant = Metered<A::Variant>;
+
+    fn variant_seed<S: DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<(S::Value, Self::Variant), A::Error> {
+        check()?;
+        let (value, variant) = self.0.variant_seed(Metered(seed))?;
+        Ok((value, Metered(variant)))
+    }
+}
+
+impl<'de, A: de::VariantAccess<'de>> de::VariantAccess<'de> for Metered<A> {
+    type Error = A::Error;
+
+    fn unit_variant(self) -> Result<(), A::Error> {
+        self.0.unit_variant()
+    }
+
+    fn newtype_variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<S::Value, A::Error> {
+        self.0.newtype_variant_seed(Metered(seed))
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
+        self.0.tuple_variant(len, Metered(visitor))
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, A::Error> {
+        self.0.struct_variant(fields, Metered(visitor))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Meter;
+    use std::collections::BTreeMap;
+
+    fn decode<T: de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+        let mut d = serde_json::Deserializer::from_str(text);
+        let t = metered(&mut d)?;
+        d.end()?;
+        Ok(t)
+    }
+
+    /// Large when empty: what a decode of many `{}` would fill memory with.
+    #[derive(serde::Deserialize, Default)]
+    #[allow(dead_code)]
+    struct Wide {
+        a: Option<[u64; 32]>,
+        b: Option<[u64; 32]>,
+        c: Option<[u64; 32]>,
+        d: Option<[u64; 32]>,
+        e: Option<String>,
+    }
+
+    #[test]
+    fn without_a_meter_it_decodes_as_serde_json_does() {
+        let text = r#"{"a": [1, {"b": null}], "c": "x\n", "d": {"e": [true, 2.5]}}"#;
+        let direct: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(decode::<serde_json::Value>(text).unwrap(), direct);
+        let map: BTreeMap<String, Vec<u8>> = decode(r#"{"x": [1, 2]}"#).unwrap();
+        assert_eq!(map["x"], [1, 2]);
+        assert!(decode::<Vec<u8>>("[1,").is_err());
+    }
+
+    #[test]
+    fn a_decode_stops_soon_after_its_limit() {
+        // 100,000 empty objects (300 KB of text), ~1 KiB each once decoded: ~100 MiB unmetered.
+        let text = format!("[{}{{}}]", "{},".repeat(100_000));
+        let meter = Meter::start(4 << 20);
+        let e = decode::<Vec<Wide>>(&text).err().expect("stopped");
+        assert!(e.to_string().starts_with(OVER_LIMIT), "{e}");
+        let peak = meter.peak();
+        // A vector that doubles may take twice its size once before the next element is checked.
+        assert!(peak < 3 * (4 << 20), "peak {peak}");
+        assert!(meter.check().is_err());
+    }
+
+    #[test]
+    fn within_its_limit_a_decode_is_untouched() {
+        let text = format!("[{}{{}}]", "{},".repeat(100));
+        let meter = Meter::start(4 << 20);
+        assert_eq!(decode::<Vec<Wide>>(&text).unwrap().len(), 101);
+        assert!(meter.check().is_ok());
+    }
+}
