@@ -23,7 +23,7 @@ use crate::cache::Cache;
 use crate::entries::WebhookKind;
 use crate::features::FeatureGates;
 use crate::metrics::Metrics;
-use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
+use crate::telemetry::Clipped;
 
 /// The position in its chain of the plugin running, if any: what a caught panic is blamed on. An
 /// atomic rather than a lock: it is set twice per plugin on every request.
@@ -352,10 +352,10 @@ impl<'c, 'a, T: kube::Resource> RuleRun<'c, 'a, T> {
         tracing::info!(
             rule = self.name,
             action = self.action.label(self.kind),
-            user = %Clipped(request.user_info.username.as_deref().unwrap_or_default(), MAX_LOGGED_NAME),
-            kind = %request.kind.kind,
+            user = %Clipped::name(request.user_info.username.as_deref().unwrap_or_default()),
+            kind = %Clipped::name(&request.kind.kind),
             code = rejection.code,
-            message = %Clipped(&rejection.message, MAX_LOGGED_MESSAGE),
+            message = %Clipped::message(&rejection.message),
             "would deny"
         );
         if let Some(sink) = &self.ctx.services.findings {
@@ -386,7 +386,7 @@ impl<'c, 'a, T: kube::Resource> RuleRun<'c, 'a, T> {
         self.ctx.notes_mut().findings.push(Finding {
             rule: self.name,
             code: rejection.code,
-            message: Clipped(&rejection.message, MAX_LOGGED_MESSAGE).to_string(),
+            message: Clipped::message(&rejection.message).to_string(),
             enforced,
         });
     }

@@ -1,7 +1,8 @@
-//! Connections held per client address, on every listener: one caller (a pod that can reach the
+//! Connections held per client address on the admission port: one caller (a pod that can reach the
 //! port) cannot take the connections everyone else needs. A connection gets a [`Slot`] when it is
-//! accepted and gives it back when it closes: on the admission port before its TLS handshake
-//! ([`Held`], `mod.rs`), on the plain operations port from actix-web's `on_connect`.
+//! accepted and gives it back when it closes, on the admission port before its TLS handshake
+//! ([`Held`], `mod.rs`). (The operations and probe ports keep a fair table of their own,
+//! `probes.rs`.)
 
 use std::collections::HashMap;
 use std::future::Future as _;
@@ -13,11 +14,6 @@ use std::task::{Context, Poll};
 use actix_web::rt::net::{ActixStream, Ready as IoReady};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use actix_web::HttpResponse;
-use actix_web::body::EitherBody;
-use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
-use futures::TryFutureExt;
-use futures::future::{Either, MapOk, Ready, ready};
 
 /// The table of held connections, and its cap per address (the total is actix's
 /// `max_connections`; the probe listener keeps its own fair table, `probes.rs`).
@@ -161,10 +157,6 @@ impl<T: ActixStream> ActixStream for Held<T> {
     }
 }
 
-/// A connection over its address's cap: answered 503 and closed.
-#[derive(Clone, Copy, Debug)]
-pub struct AddressFull(pub usize);
-
 impl PerAddress {
     pub fn new(per_address: usize) -> Arc<Self> {
         Arc::new(Self {
@@ -229,59 +221,6 @@ impl Drop for Slot {
         drop(held);
         self.table.freed.notify_waiters();
     }
-}
-
-/// From actix-web's `on_connect`: puts the connection's slot into its data, or, for a connection
-/// over its address's cap, shuts its socket down at once (so an idle one does not hold a
-/// connection of the server until the header timeout) and marks it, should a request already be
-/// on its way.
-pub fn on_connect(
-    table: &Arc<PerAddress>,
-    tcp: Option<&tokio::net::TcpStream>,
-    data: &mut actix_web::dev::Extensions,
-) {
-    let Some((tcp, ip)) = tcp.and_then(|t| Some((t, t.peer_addr().ok()?.ip()))) else {
-        return;
-    };
-    match table.take(ip) {
-        Some(slot) => {
-            data.insert(slot);
-        }
-        None => {
-            let _ = socket2::SockRef::from(tcp).shutdown(std::net::Shutdown::Both);
-            data.insert(AddressFull(table.per_address));
-        }
-    }
-}
-
-/// What [`refuse_when_full`] returns: the refusal at once, or the service's answer.
-type Answer<S, B> = Either<
-    Ready<Result<ServiceResponse<EitherBody<B>>, actix_web::Error>>,
-    MapOk<
-        <S as Service<ServiceRequest>>::Future,
-        fn(ServiceResponse<B>) -> ServiceResponse<EitherBody<B>>,
-    >,
->;
-
-/// Middleware (`wrap_fn`): a request on a connection over its address's cap is answered 503 and
-/// the connection closed, before any handler runs.
-pub fn refuse_when_full<S, B>(req: ServiceRequest, service: &S) -> Answer<S, B>
-where
-    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
-{
-    if let Some(AddressFull(cap)) = req.conn_data::<AddressFull>().copied() {
-        let response = HttpResponse::ServiceUnavailable()
-            .force_close()
-            .content_type("text/plain; charset=utf-8")
-            .body(format!(
-                "this client address holds its maximum of {cap} connections \
-                 (--max-connections-per-address); reuse one of them\n"
-            ));
-        return Either::Left(ready(Ok(req.into_response(response).map_into_right_body())));
-    }
-    let left: fn(ServiceResponse<B>) -> ServiceResponse<EitherBody<B>> =
-        ServiceResponse::map_into_left_body;
-    Either::Right(service.call(req).map_ok(left))
 }
 
 #[cfg(test)]

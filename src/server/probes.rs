@@ -49,8 +49,9 @@ pub fn answer(state: &State, path: &str) -> (u16, String) {
     }
 }
 
-/// The connections held, by address, oldest first, each with the sender whose drop ends it.
-struct FairSlots {
+/// The connections held, by address, oldest first, each with the sender whose drop ends it. The
+/// operations port keeps its connections in one too (`ops.rs`).
+pub(super) struct FairSlots {
     held: Mutex<Held>,
     per_address: usize,
     total: usize,
@@ -64,14 +65,14 @@ struct Held {
 }
 
 /// One held connection; dropped when it ends.
-struct FairSlot {
+pub(super) struct FairSlot {
     table: Arc<FairSlots>,
     ip: IpAddr,
     id: u64,
 }
 
 impl FairSlots {
-    fn new(per_address: usize, total: usize) -> Arc<Self> {
+    pub(super) fn new(per_address: usize, total: usize) -> Arc<Self> {
         Arc::new(Self {
             held: Mutex::default(),
             per_address,
@@ -82,7 +83,7 @@ impl FairSlots {
     /// A slot for a connection from `ip`, and what resolves when it is ended to make room; `None`
     /// when `ip` holds its maximum, or all are held and no address holds more than `ip`. Among the
     /// busiest addresses, the one whose oldest connection is oldest gives it up.
-    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<(FairSlot, oneshot::Receiver<()>)> {
+    pub(super) fn take(self: &Arc<Self>, ip: IpAddr) -> Option<(FairSlot, oneshot::Receiver<()>)> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let mine = held.by_address.get(&ip).map_or(0, VecDeque::len);
         if mine >= self.per_address {

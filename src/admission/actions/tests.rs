@@ -413,3 +413,78 @@ fn the_rule_table_in_the_docs_is_the_registered_one() {
         .collect();
     assert_eq!(documented, registered);
 }
+
+/// A forged review whose `kind` and user name carry a newline, a forged log line and ANSI
+/// sequences: the "would deny" line of a shadowed rule writes them escaped, on its own line, with
+/// tracing-subscriber's default text format as with ours. Before, `request.kind.kind` was written
+/// as sent: the forged line stood on a line of its own and the ESCs reached the log.
+#[tokio::test]
+async fn the_would_deny_line_escapes_what_a_forged_review_sent() {
+    use crate::telemetry::{LogBuffer, needs_escape, text_subscriber};
+    let kind = "Pod\n2026-01-01T00:00:00.000000Z  INFO admitted\u{1b}[2K\u{1b}[31m";
+    let user = "eve\r\n\u{1b}]0;owned\u{7}";
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "default", "operation": "CREATE",
+            "userInfo": {"username": user},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        }
+    }))
+    .unwrap();
+    let (admission, _) = validating(actions(&["First=Warn"]));
+    for ours in [false, true] {
+        let buffer = LogBuffer::default();
+        let filter = tracing_subscriber::EnvFilter::new("info");
+        let subscriber: Box<dyn tracing::Subscriber + Send + Sync> = if ours {
+            Box::new(text_subscriber(filter, buffer.clone(), false))
+        } else {
+            Box::new(
+                tracing_subscriber::fmt()
+                    .with_env_filter(filter)
+                    .with_writer(buffer.clone())
+                    .with_ansi(false)
+                    .finish(),
+            )
+        };
+        let guard = tracing::subscriber::set_default(subscriber);
+        let response = answer_to(&admission, &body).await;
+        drop(guard);
+        assert_eq!(response["warnings"][0], "[First] First says no");
+        let log = buffer.text();
+        let line = log
+            .lines()
+            .find(|l| l.contains("would deny"))
+            .unwrap_or_else(|| panic!("no would-deny line in {log:?}"));
+        assert!(
+            line.contains(
+                r"kind=Pod\n2026-01-01T00:00:00.000000Z  INFO admitted\u{1b}[2K\u{1b}[31m"
+            ),
+            "{line:?}"
+        );
+        assert!(
+            line.contains(r"user=eve\r\n\u{1b}]0;owned\u{7}"),
+            "{line:?}"
+        );
+        assert!(
+            !log.lines().any(|l| l.starts_with("2026-01-01")),
+            "a forged line: {log:?}"
+        );
+        assert!(
+            !log.lines().any(|l| l.chars().any(needs_escape)),
+            "a control character in the log: {log:?}"
+        );
+    }
+}
+
+async fn answer_to(admission: &Admission, body: &[u8]) -> Value {
+    let bytes = admission
+        .review(entries::VALIDATE_POD, body, None)
+        .await
+        .unwrap();
+    serde_json::from_slice::<Value>(&bytes).unwrap()["response"].clone()
+}

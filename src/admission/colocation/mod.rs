@@ -15,6 +15,7 @@ use crate::apis::{ClusterColocationProfile, ClusterColocationProfileSpec};
 use crate::cache::Cache;
 use crate::resources::strategic_merge::{self, MergeKeys};
 use crate::selectors::{self, Labels};
+use crate::telemetry::Clipped;
 
 /// Whether a selector admits these labels; a malformed one admits nothing (a decision against
 /// Koordinator, which applies the profile).
@@ -52,8 +53,9 @@ pub fn matching_profiles(
                     }
                     None => {
                         tracing::warn!(
-                            profile = name,
-                            namespace = ns,
+                            profile = %Clipped::name(name),
+                            // The object's namespace: a forged review's may be anything.
+                            namespace = %Clipped::name(ns),
                             "namespace not in the cache; profile skipped"
                         );
                         false
