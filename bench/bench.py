@@ -90,7 +90,7 @@ def wrk(server, endpoint, body, connections=16):
     }
 
 
-def oha(server, endpoint, body, rate=None, http2=False, keepalive=True, connections=16,
+def oha(server, endpoint, body, rate=None, keepalive=True, connections=16,
         duration=None):
     """One oha run; with `rate`, an open-loop fixed rate with latency correction."""
     argv = ["taskset", "-c", "1", OHA, "--no-tui", "--output-format", "json", "--insecure",
@@ -99,8 +99,6 @@ def oha(server, endpoint, body, rate=None, http2=False, keepalive=True, connecti
         argv += ["-m", "POST", "-T", "application/json", "-D", os.path.join(OUT, f"{body}.json")]
     if rate:
         argv += ["-q", str(rate), "--latency-correction"]
-    if http2:
-        argv += ["--http2", "-p", "8"]
     if not keepalive:
         argv += ["--disable-keepalive"]
     cpu = server.cpu_seconds()
@@ -165,8 +163,7 @@ def peer_comparison():
             record("max-http1", name, endpoint, figures)
             if name == "go-peer":
                 peer_max[endpoint] = figures["rps"]
-            record("max-http2", name, endpoint, oha(server, endpoint, endpoint, http2=True,
-                                                    connections=4))
+            # No HTTP/2 phase: the admission port speaks HTTP/1.1 only, as the API server calls it.
             half = max(100, int(peer_max[endpoint] / 2))
             for rate in sorted({half, 2000}):
                 record(f"rate-{rate}", name, endpoint, oha(server, endpoint, endpoint, rate=rate),

@@ -109,7 +109,6 @@ for endpoint in ("validate-pod", "mutate-pod"):
         lines.append([label, fmt(a), fmt(b), ratio(a, b)])
 
     line("max req/s, HTTP/1.1", "max-http1", "rps")
-    line("max req/s, HTTP/2", "max-http2", "rps")
     line("max req/s, 15 KiB review, HTTP/1.1", "max-http1-15k", "rps")
     line("CPU ms per 1,000 requests (HTTP/1.1 max)", "max-http1", "cpu_ms_per_1000")
     line("CPU ms per 1,000 requests (15 KiB)", "max-http1-15k", "cpu_ms_per_1000")

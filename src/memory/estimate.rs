@@ -19,6 +19,15 @@ pub fn decoded_estimate(body: &[u8]) -> usize {
         .saturating_add(shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
 }
 
+/// What a review's decode may allocate: its estimate, and room for the fixed-size parts whatever
+/// the body (the typed request and its objects' structs, a few KiB for the largest kind).
+pub fn decode_allowance(body: &[u8]) -> usize {
+    decoded_estimate(body).saturating_add(DECODE_FLOOR)
+}
+
+/// The room [`decode_allowance`] gives every review besides its estimate.
+pub const DECODE_FLOOR: usize = 64 * 1024;
+
 /// Heap one JSON value that is not a string costs once decoded, measured (bench/memory.py): an
 /// 8 MiB review whose `request.options` is an array of 4 million zeros peaks ~270 MiB above idle,
 /// ~67 bytes each (a 32-byte `Value` in a vector that grew by doubling).
@@ -88,6 +97,24 @@ mod tests {
                 others: 5
             }
         );
+    }
+
+    /// The smallest review of the largest kind decodes within its allowance.
+    #[test]
+    fn a_tiny_review_of_a_large_kind_fits_its_allowance() {
+        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Node"},"resource":{"group":"","version":"v1","resource":"nodes"},"operation":"UPDATE","object":{"status":{}},"oldObject":{"status":{}}}}"#;
+        let meter = crate::memory::Meter::start(usize::MAX);
+        let decoded: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(decoded["request"]["object"].clone()).unwrap();
+        let old = Box::new((node.clone(), node));
+        assert!(
+            meter.peak() < decode_allowance(body),
+            "{} of {}",
+            meter.peak(),
+            decode_allowance(body)
+        );
+        drop(old);
     }
 
     #[test]

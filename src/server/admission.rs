@@ -358,9 +358,10 @@ async fn read_body(
     }
 }
 
-/// The bytes a body must bring every [`UPLOAD_WINDOW`] until it ends: a caller that sends most of
-/// a body at once and then a byte now and then (within the idle timeout) would otherwise hold its
-/// bytes until the read deadline. The API server writes a body it holds in memory at once.
+/// The bytes a body must bring in every [`UPLOAD_WINDOW`] in which it brings any, until it ends (a
+/// window with none is the idle timeout's): a caller that sends most of a body at once and then a
+/// byte now and then (within the idle timeout) would otherwise hold its bytes until the read
+/// deadline. The API server writes a body it holds in memory at once.
 pub const MIN_UPLOAD_BYTES: usize = 64 * 1024;
 pub const UPLOAD_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -383,7 +384,8 @@ impl UploadWindow {
         if now < self.ends {
             return Ok(());
         }
-        if self.bytes < MIN_UPLOAD_BYTES {
+        // A window with nothing in it is the idle timeout's to judge.
+        if self.bytes > 0 && self.bytes < MIN_UPLOAD_BYTES {
             return Err(Refusal::TooSlow);
         }
         *self = Self::starting(now);

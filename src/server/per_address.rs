@@ -14,7 +14,6 @@ use std::task::{Context, Poll};
 use actix_web::rt::net::{ActixStream, Ready as IoReady};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-
 /// The table of held connections, and its cap per address (the total is actix's
 /// `max_connections`; the probe listener keeps its own fair table, `probes.rs`).
 pub struct PerAddress {

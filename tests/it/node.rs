@@ -295,19 +295,16 @@ async fn upload_burst_leaves_the_replica_running(client: &kube::Client) {
         }))
         .unwrap()
     };
+    // 60 uploads over 60 HTTP/1.1 connections (the admission port speaks nothing else).
     let mut uploads = tokio::task::JoinSet::new();
-    for _ in 0..15 {
-        let conn = connect(addr, Proto::Http2).await.unwrap();
-        for _ in 0..4 {
-            let mut stream = conn.h2_stream();
-            let body = body.clone();
-            uploads.spawn(async move {
-                stream
-                    .send("POST", "/validate-pod", body)
-                    .await
-                    .map(|(s, _)| s.as_u16())
-            });
-        }
+    for _ in 0..60 {
+        let mut conn = connect(addr, Proto::Http1).await.unwrap();
+        let body = body.clone();
+        uploads.spawn(async move {
+            conn.send("POST", "/validate-pod", body)
+                .await
+                .map(|(s, _)| s.as_u16())
+        });
     }
     let mut statuses = BTreeMap::<u16, usize>::new();
     while let Some(done) = uploads.join_next().await {
@@ -320,7 +317,7 @@ async fn upload_burst_leaves_the_replica_running(client: &kube::Client) {
         statuses.keys().all(|s| [200, 503].contains(s)),
         "answered 200 or a fast 503 only: {statuses:?}"
     );
-    let mut health = connect(addr, Proto::Http2).await.unwrap();
+    let mut health = connect(addr, Proto::Http1).await.unwrap();
     assert_eq!(health.get("/healthz").await.0.as_u16(), 200);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = restarts(&replicas(client).await);
@@ -605,9 +602,10 @@ async fn installed_from_the_manifests_on_a_real_node() {
     // koord-prod priority refused just now is counted against its rule.
     rule_refusals_show_in_status(&node).await;
 
-    // --- 60 uploads of 6 MiB at once over HTTP/2, straight to one replica (a caller inside the
-    // cluster network): the replica holds at most --max-inflight-request-bytes, refuses the rest
-    // with 503, and is not OOM-killed (its limit is 384 Mi); it still answers afterwards.
+    // --- 60 uploads of 6 MiB at once over 60 HTTP/1.1 connections, straight to one replica (a
+    // caller inside the cluster network): the replica holds at most --max-inflight-request-bytes,
+    // refuses the rest with 503, and is not OOM-killed (its limit is 384 Mi); it still answers
+    // afterwards.
     upload_burst_leaves_the_replica_running(&client).await;
     colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
 

@@ -83,25 +83,25 @@ pub(crate) fn response_of(body: &[u8]) -> Value {
     review["response"].clone()
 }
 
+/// Over HTTP/1.1, as the API server calls (the port speaks nothing else:
+/// `http2_is_refused_and_http1_is_chosen`).
 #[tokio::test]
-async fn every_admission_path_answers_over_http1_and_http2() {
+async fn every_admission_path_answers_over_http1() {
     let server = TestServer::start(quota_cache(), FeatureGates::default()).await;
-    for proto in [Proto::Http1, Proto::Http2] {
-        let mut conn = connect(server.addr, proto).await.unwrap();
-        // All eight paths on one connection: keep-alive holds it open.
-        for (i, spec) in ENDPOINTS.iter().enumerate() {
-            let uid = format!("uid-{i}");
-            let (status, body) = conn
-                .post(
-                    &format!("{}?timeout=10s", spec.path),
-                    harmless_review(spec.path, &uid),
-                )
-                .await;
-            assert_eq!(status, StatusCode::OK, "{} over {proto:?}", spec.path);
-            let response = response_of(&body);
-            assert_eq!(response["uid"], uid.as_str());
-            assert_eq!(response["allowed"], true, "{}: {response}", spec.path);
-        }
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
+    // All eight paths on one connection: keep-alive holds it open.
+    for (i, spec) in ENDPOINTS.iter().enumerate() {
+        let uid = format!("uid-{i}");
+        let (status, body) = conn
+            .post(
+                &format!("{}?timeout=10s", spec.path),
+                harmless_review(spec.path, &uid),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", spec.path);
+        let response = response_of(&body);
+        assert_eq!(response["uid"], uid.as_str());
+        assert_eq!(response["allowed"], true, "{}: {response}", spec.path);
     }
     server.stop().await;
 }
@@ -176,23 +176,32 @@ async fn bad_requests_get_clear_http_errors() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
-    let (status, _) = conn
+    let (status, _) = conn.post("/healthz", Vec::new()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    // An answer given before a body is read closes its connection (the next request would start
+    // inside that body): each of these on a connection of its own.
+    let fresh = async || connect(server.addr, Proto::Http1).await.unwrap();
+    let (status, _) = fresh()
+        .await
         .send("PUT", entries::MUTATE_POD, b"{}".to_vec())
         .await
         .unwrap();
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
-    let (status, _) = conn.post("/mutate-everything", b"{}".to_vec()).await;
+    let (status, _) = fresh()
+        .await
+        .post("/mutate-everything", b"{}".to_vec())
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, _) = conn
+    let (status, _) = fresh()
+        .await
         .post(
             entries::MUTATE_RESERVATION,
             harmless_review(entries::MUTATE_RESERVATION, "u"),
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "gate off: the path is gone");
-    let (status, _) = conn.post("/healthz", Vec::new()).await;
-    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
-    let (status, _) = conn
+    let (status, _) = fresh()
+        .await
         .post(
             &format!("{}?timeout=never", entries::MUTATE_POD),
             b"{}".to_vec(),
@@ -205,7 +214,7 @@ async fn bad_requests_get_clear_http_errors() {
 #[tokio::test]
 async fn bodies_over_the_limit_get_413_and_3_mib_objects_pass() {
     let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
-    let mut conn = connect(server.addr, Proto::Http2).await.unwrap();
+    let mut conn = connect(server.addr, Proto::Http1).await.unwrap();
     // An UPDATE of a 3 MiB object carries it twice.
     let mut review: Value =
         serde_json::from_slice(&harmless_review(entries::VALIDATE_POD, "big")).unwrap();
@@ -397,6 +406,147 @@ async fn only_tls_1_2_and_1_3_are_spoken() {
     server.stop().await;
 }
 
+/// Reads from `io` until a whole HTTP head has arrived, the stream ends or fails, or `within`
+/// passes: the bytes read.
+async fn read_head(io: &mut (impl tokio::io::AsyncRead + Unpin), within: Duration) -> Vec<u8> {
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(within, async {
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    got
+}
+
+/// The admission port speaks HTTP/1.1 only (issue 60). The API server's webhook client offers
+/// `http/1.1` alone by ALPN (k8s.io/apiserver pkg/util/webhook/client.go: `cfg.NextProtos =
+/// []string{"http/1.1"}`), and HTTP/2 as actix-http served it had no stream or header-list limit
+/// (one connection opening 200,000 streams took 620 MiB). A client offering only `h2` is refused in
+/// the handshake with a no_application_protocol alert; one offering `h2` and `http/1.1` gets
+/// `http/1.1` and is served; the HTTP/2 connection preface sent without ALPN (prior knowledge) is
+/// a malformed HTTP/1.1 request: 400, then the connection closes. Before, the server offered
+/// `h2` first: both offers got `h2`.
+#[tokio::test]
+async fn http2_is_refused_and_http1_is_chosen() {
+    use support::tls_client::{tls_error, tls_stream};
+    let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
+    let both = [&rustls::version::TLS13, &rustls::version::TLS12];
+
+    for version in both {
+        match tls_stream(server.addr, &[b"h2"], &[version]).await {
+            Ok((_, chosen)) => panic!(
+                "{:?}: an offer of h2 alone was taken, ALPN {:?}",
+                version.version,
+                chosen.map(|p| String::from_utf8_lossy(&p).into_owned())
+            ),
+            Err(e) => assert_eq!(
+                tls_error(&*e),
+                Some(&rustls::Error::AlertReceived(
+                    rustls::AlertDescription::NoApplicationProtocol
+                )),
+                "{:?}: {e}",
+                version.version
+            ),
+        }
+    }
+
+    let (mut tls, chosen) = tls_stream(server.addr, &[b"h2", b"http/1.1"], &both)
+        .await
+        .unwrap();
+    assert_eq!(
+        chosen.as_deref(),
+        Some(&b"http/1.1"[..]),
+        "offered h2 and http/1.1"
+    );
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_head(&mut tls, Duration::from_secs(10)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    let (mut tls, chosen) = tls_stream(server.addr, &[], &both).await.unwrap();
+    assert_eq!(chosen, None, "no ALPN offered, none chosen");
+    // The client connection preface (RFC 9113 section 3.4), then an empty SETTINGS frame.
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the server closes the connection");
+    // An HTTP/2 server's first bytes are its SETTINGS frame (a 9-byte header of type 4), not text.
+    assert!(
+        answer.starts_with(b"HTTP/1.1 400 "),
+        "{:02x?}: {}",
+        answer.get(..9),
+        String::from_utf8_lossy(&answer)
+    );
+    server.stop().await;
+}
+
+/// A 404 or a 405 is answered at once, while the client is still sending a large body: the
+/// status arrives within 2 s, not after the body (8 MB announced, 1 KiB sent) or the read timeout
+/// (10 s), and the connection is closed after it (its body was not read). Before, both drained the
+/// body for up to 10 s outside the per-connection limits.
+#[tokio::test]
+async fn not_found_and_method_not_allowed_answer_without_the_body() {
+    use support::tls_client::tls_stream;
+    let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
+    let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
+    for (method, path, status) in [
+        ("POST", "/mutate-everything", "404"),
+        ("PUT", entries::VALIDATE_POD, "405"),
+    ] {
+        let (mut tls, _) = tls_stream(server.addr, &[b"http/1.1"], &versions)
+            .await
+            .unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: 8000000\r\n\r\n"
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.write_all(&[b' '; 1024]).await.unwrap();
+        let sent = std::time::Instant::now();
+        let answer = read_head(&mut tls, Duration::from_secs(2)).await;
+        let waited = sent.elapsed();
+        let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+        assert!(
+            text.starts_with(&format!("http/1.1 {status} ")),
+            "{method} {path}: after {waited:?}: {text:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(2),
+            "{method} {path}: answered after {waited:?}"
+        );
+        if status == "405" {
+            assert!(text.contains("\r\nallow: post\r\n"), "{text}");
+        }
+        assert!(text.contains("\r\nconnection: close\r\n"), "{text}");
+        // The rest of the answer, then the end of the connection (a close, or a reset).
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest)).await;
+        eprintln!(
+            "{method} {path} with 1 KiB of 8 MB sent: {status} after {waited:?}, connection \
+             ended after {:?} ({:?})",
+            sent.elapsed(),
+            closed.as_ref().map(|r| r.as_ref().map_err(|e| e.kind()))
+        );
+        assert!(
+            closed.is_ok(),
+            "{method} {path}: the connection stayed open after the answer"
+        );
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
     let server = TestServer::start(Cache::empty(), FeatureGates::default()).await;
@@ -404,22 +554,13 @@ async fn a_certificate_swap_drops_nothing_and_new_handshakes_see_it() {
     let addr = server.addr;
 
     // A connection opened before the swap keeps working after it.
-    let mut long_lived = connect(addr, Proto::Http2).await.unwrap();
+    let mut long_lived = connect(addr, Proto::Http1).await.unwrap();
     assert_eq!(long_lived.peer_cert, first_cert);
 
     let client = tokio::spawn(async move {
         let mut seen = Vec::new();
-        for i in 0..150 {
-            let mut conn = connect(
-                addr,
-                if i % 2 == 0 {
-                    Proto::Http1
-                } else {
-                    Proto::Http2
-                },
-            )
-            .await
-            .expect("handshake");
+        for _ in 0..150 {
+            let mut conn = connect(addr, Proto::Http1).await.expect("handshake");
             let (status, body) = conn
                 .post(
                     entries::VALIDATE_POD,
@@ -597,7 +738,7 @@ async fn client_certificates_can_be_required() {
         let forged = forged.clone();
         async move {
             let identity = identity.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
-            match support::tls_client::connect_as(addr, Proto::Http2, &versions, identity).await {
+            match support::tls_client::connect_as(addr, Proto::Http1, &versions, identity).await {
                 Err(_) => true,
                 Ok(mut conn) => conn.send("POST", path, forged).await.is_err(),
             }
@@ -606,7 +747,7 @@ async fn client_certificates_can_be_required() {
     // A caller with this identity is served.
     let served = |(cert, key): (String, String)| async move {
         let mut conn =
-            support::tls_client::connect_as(addr, Proto::Http2, &versions, Some((&cert, &key)))
+            support::tls_client::connect_as(addr, Proto::Http1, &versions, Some((&cert, &key)))
                 .await
                 .expect("a trusted client's handshake");
         let (status, _) = conn

@@ -293,7 +293,7 @@ fn put(object: &mut Value, path: &[Step], value: Value) {
             put(slot, rest, value);
         }
         Step::Item => {
-            if !object.as_array().is_some_and(|a| !a.is_empty()) {
+            if object.as_array().is_none_or(|a| a.is_empty()) {
                 *object = json!([{}]);
             }
             put(&mut object.as_array_mut().unwrap()[0], rest, value);

@@ -18,6 +18,7 @@ use crate::admission::outcome::Rejection;
 use crate::admission::ports::PendingChange;
 use crate::apis::ElasticQuota;
 use crate::cache::quota_topology::{QuotaInfo, QuotaTopology};
+use crate::telemetry::Clipped;
 
 #[derive(Default)]
 pub struct QuotaTreeRules {
@@ -87,7 +88,7 @@ impl QuotaTreeRules {
         let topology = ctx.cache.topology();
         for name in overlay.settle(&topology, PENDING_TTL) {
             tracing::warn!(
-                quota = %name,
+                quota = %Clipped::name(&name),
                 "an admitted ElasticQuota change was never seen in the cluster; undone"
             );
         }

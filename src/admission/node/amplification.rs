@@ -68,10 +68,77 @@ fn encode(list: &ResourceList) -> Result<String, String> {
     serde_json::to_string(&canonical).map_err(|e| e.to_string())
 }
 
-/// A resource list annotation as Go's `json.Unmarshal` reads it: `null` is no list (`None`), and
-/// a failure is reported in Koordinator's words (`what`) with the parser's detail after them.
-fn decode(what: &str, text: &str) -> Result<Option<ResourceList>, String> {
-    serde_json::from_str(text).map_err(|e| format!("failed to unmarshal {what}: {e}"))
+/// A resource list annotation as Go's `json.Unmarshal` reads it into a `corev1.ResourceList`, in
+/// Koordinator's words (`what`) with the parser's detail after them: the whole text is checked as
+/// JSON first (a syntax error wins over a bad value, as Go's scanner runs before its decoder), `null`
+/// is no list (`None`), and every value, duplicates included, is read in order as
+/// [`go_quantity`] reads it; the first that does not parse fails the whole list. So a list whose
+/// amplified entries parse but another does not is refused, as Koordinator refuses it, not used.
+fn decode(what: &str, text: &str) -> Result<Option<RawList>, String> {
+    let fail = |e: &dyn std::fmt::Display| format!("failed to unmarshal {what}: {e}");
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| fail(&e))?;
+    let Some(Entries(entries)) =
+        serde_json::from_str::<Option<Entries>>(text).map_err(|e| fail(&e))?
+    else {
+        return Ok(None);
+    };
+    let mut list = RawList::new();
+    for (name, value) in entries {
+        let q = go_quantity(value.get()).map_err(|e| fail(&e))?;
+        list.insert(name, Ok(q));
+    }
+    Ok(Some(list))
+}
+
+/// A quantity's JSON text as apimachinery's `Quantity.UnmarshalJSON` reads it: `null` is zero; a
+/// string has its quotes cut off, escapes left as they are (so an escaped string never parses);
+/// any other value (a number, `true`, an object) is parsed as its text; spaces around are trimmed.
+fn go_quantity(text: &str) -> Result<Qty, crate::resources::QuantityError> {
+    if text == "null" {
+        return Ok(Qty::ZERO);
+    }
+    let unquoted = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    unquoted.parse()
+}
+
+/// A resource list as the amplification reads it: each value parsed, or why it does not parse (a
+/// value the kubelet reported is refused only where it is amplified, as before).
+type RawList = BTreeMap<String, Result<Qty, String>>;
+
+/// A JSON object's entries as they come, duplicates kept, values as their text.
+struct Entries(Vec<(String, Box<serde_json::value::RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// The cpu and memory entries the kubelet reported, parsed.
+fn parsed(list: &ResourceList) -> RawList {
+    list.iter()
+        .map(|(k, q)| (k.clone(), Qty::try_from(q).map_err(|e| e.to_string())))
+        .collect()
 }
 
 const RAW: &str = "node raw allocatable";
@@ -123,7 +190,7 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
             if !reported.is_empty() {
                 annotations.insert(RAW_ALLOCATABLE.to_owned(), encode(&reported)?);
             }
-            (reported, None)
+            (parsed(&reported), None)
         }
     };
     let raw_capacity = match raw_capacity {
@@ -133,23 +200,25 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
             if !capacity.is_empty() {
                 annotations.insert(RAW_CAPACITY.to_owned(), encode(&capacity)?);
             }
-            Some(capacity)
+            Some(parsed(&capacity))
         }
         None => None,
     };
 
-    let ratios: BTreeMap<String, f64> =
-        serde_json::from_str::<Option<BTreeMap<String, f64>>>(&ratios_text)
+    // One resource's ratio of `null` is 0 to Go's decoder (it leaves a float its zero value), so
+    // never amplified, where serde would refuse the list.
+    let ratios: BTreeMap<String, Option<f64>> =
+        serde_json::from_str::<Option<BTreeMap<String, Option<f64>>>>(&ratios_text)
             .map_err(|e| format!("failed to unmarshal node resource amplification ratio: {e}"))?
             .unwrap_or_default();
     for resource in AMPLIFIED {
-        let Some(ratio) = ratios.get(resource).copied().filter(|r| *r > 1.0) else {
+        let Some(ratio) = ratios.get(resource).copied().flatten().filter(|r| *r > 1.0) else {
             continue;
         };
         let Some(raw_value) = raw.get(resource) else {
             continue;
         };
-        let raw_value = Qty::try_from(raw_value).map_err(|e| e.to_string())?;
+        let raw_value = raw_value.clone()?;
         // Truncated toward zero on milli-units, as Koordinator computes it. A product beyond the
         // 64-bit range Kubernetes' own arithmetic has is refused rather than saturated.
         let product = raw_value.milli() as f64 * ratio;
@@ -166,7 +235,7 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
         // The reserved part (capacity - allocatable) stays as the kubelet reported it.
         let raw_cap = raw_capacity.as_ref().and_then(|c| c.get(resource));
         if let (Some(raw_cap), Some(capacity)) = (raw_cap, status.capacity.as_mut()) {
-            let raw_cap = Qty::try_from(raw_cap).map_err(|e| e.to_string())?;
+            let raw_cap = raw_cap.clone()?;
             let milli = raw_cap
                 .milli()
                 .checked_sub(raw_value.milli())
@@ -344,6 +413,89 @@ mod tests {
         );
     }
 
+    /// A status update that keeps the kubelet's allocatable, with `raw` recorded and `ratio`.
+    fn unchanged(ratio: &str, raw: &str) -> Result<Node, String> {
+        let ann = json!({AMPLIFICATION_RATIO: ratio, RAW_ALLOCATABLE: raw});
+        let kubelet = json!({"cpu": "4", "memory": "8Gi"});
+        let old = node(ann.clone(), kubelet.clone(), kubelet.clone());
+        let mut new = node(ann, kubelet.clone(), kubelet);
+        amplify(Some(&old), &mut new, false).map(|()| new)
+    }
+
+    const RAW_PREFIX: &str = "failed to unmarshal node raw allocatable: ";
+
+    #[test]
+    fn a_recorded_raw_allocatable_with_any_bad_value_is_refused_whole() {
+        // Koordinator reads the whole list (json.Unmarshal into a ResourceList) before the ratios:
+        // one value that does not parse is a 500 with every ratio form, even when the value
+        // amplified parses, never an allocatable amplified from the rest.
+        let ratios = [
+            r#"{"cpu":2}"#,
+            r#"{"cpu":"1.5"}"#,
+            r#"{"cpu":1.5,"memory":2}"#,
+            "null",
+            "{}",
+            "not json",
+            r#"{"cpu":0.5}"#,
+        ];
+        let raws = [
+            r#"{"cpu":"4","memory":"lots"}"#,
+            r#"{"memory":"8Gi","cpu":"four"}"#,
+            r#"{"cpu":"x","cpu":"4"}"#,
+            r#"{"cpu":true}"#,
+            r#"{"cpu":{}}"#,
+            r#"{"cpu":"4\u0030"}"#,
+            "bad",
+            "[]",
+        ];
+        for ratio in ratios {
+            for raw in raws {
+                let err = unchanged(ratio, raw).unwrap_err();
+                assert!(err.starts_with(RAW_PREFIX), "{ratio} / {raw}: {err}");
+            }
+        }
+        // A syntax error anywhere wins over a bad value before it (Go scans the text first).
+        let err = unchanged(r#"{"cpu":2}"#, r#"{"cpu":"x","#).unwrap_err();
+        assert!(err.starts_with(RAW_PREFIX) && err.contains("EOF"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_raw_value_that_is_amplified_is_reported_with_the_annotations_prefix() {
+        // Koordinator's words: the prefix, then the quantity's own error (Go's).
+        let quantity = crate::resources::QuantityError::Syntax(String::new());
+        for raw in [r#"{"cpu":"x"}"#, r#"{"cpu":"4","memory":"x"}"#] {
+            assert_eq!(
+                unchanged(r#"{"cpu":1.5,"memory":2}"#, raw).unwrap_err(),
+                format!("{RAW_PREFIX}{quantity}"),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn recorded_raw_values_are_read_as_go_reads_quantities() {
+        let cpu = |raw: &str| {
+            let node = unchanged(r#"{"cpu":2}"#, raw).unwrap();
+            node.status.unwrap().allocatable.unwrap()["cpu"].0.clone()
+        };
+        // A number is parsed as its text, `null` is zero, spaces inside the quotes are trimmed,
+        // and of two entries for one name the last counts.
+        assert_eq!(cpu(r#"{"cpu":4}"#), "8");
+        // (Go writes it `3e3`; the same value.)
+        assert_eq!(
+            cpu(r#"{"cpu":1.5e3}"#).parse::<Qty>().unwrap().milli(),
+            3_000_000
+        );
+        assert_eq!(cpu(r#"{"cpu":null}"#), "0");
+        assert_eq!(cpu(r#"{"cpu":" 3 "}"#), "6");
+        assert_eq!(cpu(r#"{"cpu":"1","cpu":"5"}"#), "10");
+        assert_eq!(
+            cpu(r#"{"memory":"1Gi"}"#),
+            "4",
+            "no raw cpu: left as reported"
+        );
+    }
+
     #[test]
     fn null_annotations_read_as_absent_lists_as_koordinator_reads_them() {
         // A ratio of `null`: nothing to amplify.
@@ -356,6 +508,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(new.status.unwrap().allocatable.unwrap()["cpu"].0, "1");
+        // A ratio of `null` for one resource: 0 to Go, so never amplified; the others are.
+        let ann = json!({AMPLIFICATION_RATIO: r#"{"cpu":null,"memory":2}"#});
+        let kubelet = json!({"cpu": "1", "memory": "1Gi"});
+        let mut new = node(ann.clone(), json!({}), kubelet.clone());
+        amplify(Some(&node(ann, json!({}), kubelet)), &mut new, false).unwrap();
+        let allocatable = new.status.unwrap().allocatable.unwrap();
+        assert_eq!(
+            (
+                allocatable["cpu"].0.as_str(),
+                allocatable["memory"].0.as_str()
+            ),
+            ("1", "2Gi")
+        );
         // A recorded raw allocatable of `null` with an unchanged allocatable: left as it is.
         let ann = json!({AMPLIFICATION_RATIO: r#"{"cpu": 2}"#, RAW_ALLOCATABLE: "null"});
         let old = node(ann.clone(), json!({}), json!({"cpu": "1"}));

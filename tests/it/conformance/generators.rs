@@ -194,14 +194,24 @@ pub(super) fn node_status_case(rng: &mut Rng) -> Case {
             json!("{}"),
             json!("not json"),
             json!("{\"cpu\":0.5}"),
+            json!("{\"cpu\":null,\"memory\":2}"),
         ])
         .clone();
+    // Unparsable forms beside the parsable ones, with every ratio form: not JSON; JSON with a
+    // value Go's Quantity does not parse where no ratio reads it, and where one does; an escaped
+    // quantity (Go parses the text with its escapes). Parsable forms Go reads its own way: a
+    // number, `null`.
     let raw = rng
         .pick(&[
             Value::Null,
             json!("{\"cpu\":\"4\"}"),
             json!("null"),
             json!("bad"),
+            json!("{\"cpu\":\"4\",\"memory\":\"lots\"}"),
+            json!("{\"cpu\":\"four\"}"),
+            json!("{\"cpu\":\"4\\u0030\"}"),
+            json!("{\"cpu\":4}"),
+            json!("{\"cpu\":null}"),
         ])
         .clone();
     let mut annotations = serde_json::Map::new();

@@ -1,5 +1,7 @@
 //! A minimal HTTPS client over tokio-rustls and hyper: it pins protocol versions and ALPN, and
-//! returns the certificate the server presented, which a general-purpose client hides.
+//! returns the certificate the server presented, which a general-purpose client hides. The
+//! admission port speaks HTTP/1.1 only; [`tls_stream`] offers any ALPN list and hands back the bare
+//! TLS stream, for tests that check what other offers get.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,7 +10,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
@@ -61,22 +63,20 @@ impl ServerCertVerifier for AcceptAny {
     }
 }
 
+/// The protocol a connection offers by ALPN and speaks. The admission port serves HTTP/1.1 only
+/// (issue 60: the API server's webhook client offers `http/1.1` alone, and HTTP/2 as actix-http
+/// serves it had no stream or header-list limit); what an `h2` offer gets is checked with
+/// [`tls_stream`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Proto {
     Http1,
-    Http2,
 }
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
-pub enum Sender {
-    H1(hyper::client::conn::http1::SendRequest<Body>),
-    H2(hyper::client::conn::http2::SendRequest<Body>),
-}
-
-/// One TLS connection carrying HTTP requests.
+/// One TLS connection carrying HTTP requests, one at a time.
 pub struct Conn {
-    sender: Sender,
+    sender: hyper::client::conn::http1::SendRequest<Body>,
     /// DER of the leaf certificate the server presented.
     pub peer_cert: Vec<u8>,
     pub tls_version: rustls::ProtocolVersion,
@@ -129,6 +129,58 @@ async fn open(
     identity: Option<(&str, &str)>,
     from: Option<std::net::IpAddr>,
 ) -> Result<Conn, Box<dyn std::error::Error + Send + Sync>> {
+    let alpn: &[&[u8]] = match proto {
+        Proto::Http1 => &[b"http/1.1"],
+    };
+    let (tls, _) = handshake(addr, alpn, versions, identity, from).await?;
+    let (_, session) = tls.get_ref();
+    let peer_cert = session
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    let tls_version = session.protocol_version().ok_or("no protocol version")?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    Ok(Conn {
+        sender,
+        peer_cert,
+        tls_version,
+    })
+}
+
+/// A TLS connection offering `alpn` (no ALPN extension when empty) and the protocol the server
+/// chose, with no HTTP on it yet: the test writes and reads the bytes itself. A refused handshake
+/// is an `io::Error` wrapping the [`rustls::Error`] (see [`tls_error`]).
+pub async fn tls_stream(
+    addr: SocketAddr,
+    alpn: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<
+    (tokio_rustls::client::TlsStream<TcpStream>, Option<Vec<u8>>),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
+    handshake(addr, alpn, versions, None, None).await
+}
+
+/// The TLS error under a failed [`tls_stream`] or [`connect`], if it was one.
+pub fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    error
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
+async fn handshake(
+    addr: SocketAddr,
+    alpn: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    identity: Option<(&str, &str)>,
+    from: Option<std::net::IpAddr>,
+) -> Result<
+    (tokio_rustls::client::TlsStream<TcpStream>, Option<Vec<u8>>),
+    Box<dyn std::error::Error + Send + Sync>,
+> {
     use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -142,10 +194,7 @@ async fn open(
             rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes())?,
         )?,
     };
-    config.alpn_protocols = match proto {
-        Proto::Http1 => vec![b"http/1.1".to_vec()],
-        Proto::Http2 => vec![b"h2".to_vec()],
-    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = match from {
         None => TcpStream::connect(addr).await?,
         Some(ip) => {
@@ -158,32 +207,8 @@ async fn open(
     let tls = TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost")?, tcp)
         .await?;
-    let (_, session) = tls.get_ref();
-    let peer_cert = session
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .map(|c| c.to_vec())
-        .unwrap_or_default();
-    let tls_version = session.protocol_version().ok_or("no protocol version")?;
-    let io = TokioIo::new(tls);
-    let sender = match proto {
-        Proto::Http1 => {
-            let (sender, conn) = hyper::client::conn::http1::handshake(io).await?;
-            tokio::spawn(conn);
-            Sender::H1(sender)
-        }
-        Proto::Http2 => {
-            let (sender, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
-            tokio::spawn(conn);
-            Sender::H2(sender)
-        }
-    };
-    Ok(Conn {
-        sender,
-        peer_cert,
-        tls_version,
-    })
+    let chosen = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    Ok((tls, chosen))
 }
 
 /// A plain-HTTP/1.1 connection (the operations port).
@@ -194,25 +219,13 @@ pub async fn connect_plain(
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
     tokio::spawn(conn);
     Ok(Conn {
-        sender: Sender::H1(sender),
+        sender,
         peer_cert: Vec::new(),
         tls_version: rustls::ProtocolVersion::Unknown(0),
     })
 }
 
 impl Conn {
-    /// Another handle on the same HTTP/2 connection (for concurrent streams).
-    pub fn h2_stream(&self) -> Conn {
-        let Sender::H2(sender) = &self.sender else {
-            panic!("only an HTTP/2 connection carries concurrent requests");
-        };
-        Conn {
-            sender: Sender::H2(sender.clone()),
-            peer_cert: self.peer_cert.clone(),
-            tls_version: self.tls_version,
-        }
-    }
-
     pub async fn send(
         &mut self,
         method: &str,
@@ -223,8 +236,8 @@ impl Conn {
             .await
     }
 
-    /// POSTs a body sent as the chunks arrive on `chunks`, with no Content-Length: a client that
-    /// streams, stalls or never ends.
+    /// POSTs a body sent as the chunks arrive on `chunks`, with no Content-Length (HTTP/1.1
+    /// chunked transfer encoding): a client that streams, stalls or never ends.
     pub async fn post_streaming(
         &mut self,
         path: &str,
@@ -274,16 +287,8 @@ impl Conn {
             .header("host", "localhost")
             .header("content-type", "application/json")
             .body(body)?;
-        let response = match &mut self.sender {
-            Sender::H1(s) => {
-                s.ready().await?;
-                s.send_request(request).await?
-            }
-            Sender::H2(s) => {
-                s.ready().await?;
-                s.send_request(request).await?
-            }
-        };
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
         let (head, body) = response.into_parts();
         let body = body.collect().await?.to_bytes().to_vec();
         Ok((head.status, head.headers, body))

@@ -37,14 +37,18 @@ pub fn keys_of(
     keys
 }
 
-/// The ledger key of `name` under `prefix` (`t` or `n`).
-pub(super) fn key(prefix: &str, name: &str) -> String {
-    let fits = !name.is_empty()
+/// Whether a ConfigMap key holds `name` as it is (else it is keyed by its digest).
+fn fits(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 250
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
-    if fits {
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+}
+
+/// The ledger key of `name` under `prefix` (`t` or `n`).
+pub(super) fn key(prefix: &str, name: &str) -> String {
+    if fits(name) {
         format!("{prefix}.{name}")
     } else {
         let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
@@ -53,6 +57,50 @@ pub(super) fn key(prefix: &str, name: &str) -> String {
             .map(|b| format!("{b:02x}"))
             .collect();
         format!("{prefix}-{hex}")
+    }
+}
+
+/// Which ledger keys name something the cache stores: a tree key, a tree a cached quota is in (the
+/// quota at its top, or the parent a cached quota names); a namespace key, a namespace a cached
+/// quota binds. What a change names that the cache does not store is a tree or a binding only that
+/// change would bring: a create the watch has not delivered yet, or a forged review's.
+pub(super) struct Stored<'a> {
+    topology: &'a QuotaTopology,
+    /// The digest keys of the stored names that have one, computed when first asked.
+    digests: std::cell::OnceCell<std::collections::HashSet<String>>,
+}
+
+impl<'a> Stored<'a> {
+    pub(super) fn new(topology: &'a QuotaTopology) -> Self {
+        Self {
+            topology,
+            digests: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub(super) fn holds(&self, key: &str) -> bool {
+        if let Some(tree) = key.strip_prefix("t.") {
+            return self.topology.children(tree).is_some();
+        }
+        if let Some(namespace) = key.strip_prefix("n.") {
+            return self.topology.quota_for_namespace(namespace).is_some();
+        }
+        self.digests
+            .get_or_init(|| {
+                let mut digests = std::collections::HashSet::new();
+                for info in self.topology.infos() {
+                    for tree in [&info.name, &info.parent] {
+                        if !fits(tree) {
+                            digests.insert(self::key("t", tree));
+                        }
+                    }
+                    for namespace in info.namespaces.iter().filter(|n| !fits(n)) {
+                        digests.insert(self::key("n", namespace));
+                    }
+                }
+                digests
+            })
+            .contains(key)
     }
 }
 

@@ -25,6 +25,17 @@
 //! held every quota change in the cluster behind it: one forged review every ~10 s kept every quota
 //! change answering 429.
 //!
+//! The record is bounded ([`HARD_MAX_ENTRIES`]) but never full: a write that would go beyond the
+//! bound drops entries instead of being refused, those past [`PENDING_TIMEOUT`] first (every
+//! replica has stopped waiting for them), then those under keys no cached quota has (a fresh tree
+//! or namespace: what forged reviews can name without end), then, level by level, the trees holding
+//! the most. Before, young unseen entries were never dropped: 30 forged reviews naming 7 × 128
+//! fresh namespaces filled the record, and every ElasticQuota change in the cluster was refused
+//! (429) for ~29 s, renewable. Dropping an entry no replica has seen costs only the wait for it,
+//! and only changes under its keys: at worst two of those are checked against caches that miss
+//! each other, as a replica checking against its own cache alone would check them; and a real
+//! change loses its entry that way only to a flood of entries that outnumber it in every tree.
+//!
 //! A request that waits longer than [`MAX_WAIT`] gets a retryable denial (429), never a wrong
 //! admission. Dry runs change nothing and skip the ledger.
 
@@ -44,6 +55,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
+use keys::Stored;
 pub use keys::{change_of, keys_of, visible};
 use record::{next_record, seen_of, waited_for};
 
@@ -57,15 +69,21 @@ pub const POLL: Duration = Duration::from_millis(10);
 /// The record's key replicas read before keyed ledgers: still written (the newest change), and
 /// waited for when a replica of such a version wrote it (its change is under no other key).
 pub const WHOLE_RECORD: &str = "last-change";
-/// Entries the record keeps at most (the oldest go first); entries older than twice
-/// [`PENDING_TIMEOUT`] go in any case: nobody waits for them any more.
+/// Entries the record keeps at most while older ones can go: beyond this, entries this replica's
+/// cache has shown for [`SEEN_GRACE_SECONDS`] and entries past [`PENDING_TIMEOUT`] leave, oldest
+/// first; entries older than twice [`PENDING_TIMEOUT`] go in any case: nobody waits for them any
+/// more.
 pub const MAX_ENTRIES: usize = 256;
 /// Keys one write records at most, and one change may have: a batch leaves room in the record
 /// for what others wait for.
 pub const BATCH_KEYS: usize = MAX_ENTRIES / 2;
-/// Entries the record may grow to when more than [`MAX_ENTRIES`] are still young and not yet seen
-/// here: none of those is dropped (another replica may still have to wait for it); beyond this
-/// changes are refused (429) until they have been seen (~200 KiB, within a ConfigMap's 1 MiB).
+/// Entries the record holds at most (~200 KiB, within a ConfigMap's 1 MiB). Up to this, young
+/// entries not yet seen stay (another replica may still have to wait for them); beyond it, a
+/// write makes room instead of being refused: first from entries under keys the cache does not
+/// store (a tree no quota is in, a namespace no quota binds: a forged review's, or a create not yet
+/// delivered), then from the tree holding the most entries (`record::next_record`). So no caller
+/// can make the record refuse a change whose keys it does not share, and entries under the
+/// cluster's own keys (one per key) leave only when the cluster has more of those than this.
 pub const HARD_MAX_ENTRIES: usize = MAX_ENTRIES * 4;
 /// An entry this replica's cache shows may leave a full record once it is this old (seconds): the
 /// other replicas' watches have had the time to deliver it too.
@@ -140,8 +158,6 @@ enum Verdict {
     Recorded,
     /// A change under one of its keys was recorded since it was checked: wait for it, check again.
     Stale,
-    /// The record holds [`HARD_MAX_ENTRIES`] changes not yet seen.
-    Full,
     Failed(String),
 }
 
@@ -219,7 +235,6 @@ impl Ledger {
                         return Err(busy(last));
                     }
                 }
-                Ok(Verdict::Full) => return Err(full()),
                 Ok(Verdict::Failed(why)) => return Err(unavailable(&why)),
                 Err(_) => return Err(unavailable("the write was abandoned")),
             }
@@ -325,9 +340,16 @@ impl Inner {
                 })
                 .collect();
             let cache = &batch[0].cache;
-            let Some(next) = next_record(&record.last, &recorded, now, |c| visible(c, cache))
-            else {
-                return reply_all(batch, || Verdict::Full);
+            let next = {
+                let topology = cache.topology();
+                let stored = Stored::new(&topology);
+                next_record(
+                    &record.last,
+                    &recorded,
+                    now,
+                    |c| visible(c, cache),
+                    |k| stored.holds(k),
+                )
             };
             match self.call(self.store.write(&record.version, &next)).await {
                 Ok(version) => {
@@ -434,16 +456,6 @@ fn busy(last: &PendingChange) -> Rejection {
         message: format!(
             "another ElasticQuota change ({}/{}) is still being admitted; retry in a few seconds",
             last.namespace, last.name
-        ),
-    }
-}
-
-fn full() -> Rejection {
-    Rejection {
-        code: 429,
-        message: format!(
-            "{HARD_MAX_ENTRIES} ElasticQuota changes are still being admitted across replicas; retry in a \
-             few seconds"
         ),
     }
 }
