@@ -1,7 +1,7 @@
 """The benchmark driver behind `just bench` (bench/run builds what it needs, then calls this).
 
 Each server runs pinned to core 0 and the load generator to core 1. Maximum throughput over
-HTTP/1.1 comes from wrk; HTTP/2 and every fixed-rate run come from oha with latency correction
+HTTP/1.1 comes from wrk; every fixed-rate run comes from oha with latency correction
 (latency counted from when a request was due, not from when it was sent). Every phase writes one
 JSON line to target/bench/results.jsonl; bench/report.py turns them into bench/RESULTS.md.
 Timings are reported, never asserted.

@@ -26,48 +26,22 @@ import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+import bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT = 384 << 20
 PORT = 19571
 
 
-class Server:
-    def __init__(self, koord, out):
-        self.log = open(os.path.join(out, "hostile-server.log"), "w")
-        env = dict(os.environ, MIMALLOC_PURGE_DELAY="0")
-        self.proc = subprocess.Popen(
-            [koord, "serve", "--port", str(PORT), "--bind-address", "0.0.0.0",
-             "--metrics-bind-address", "0", "--health-bind-address", "0",
-             "--state", os.path.join(ROOT, "bench", "state"),
-             "--tls-cert-file", os.path.join(out, "tls.crt"), "--tls-key-file", os.path.join(out, "tls.key"),
-             "--memory-limit", str(LIMIT)],
-            stdout=self.log, stderr=self.log, env=env)
-        deadline = time.time() + 60
-        while subprocess.run(["curl", "-sk", "-o", "/dev/null", f"https://127.0.0.1:{PORT}/healthz"]).returncode:
-            if self.proc.poll() is not None or time.time() > deadline:
-                sys.exit(f"the server did not start; see {self.log.name}")
-            time.sleep(0.1)
-        time.sleep(0.5)
-
-    def status(self, field):
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def start(koord):
+    """A fresh server under the chart's limit, with the image's allocator settings."""
+    os.environ["MIMALLOC_PURGE_DELAY"] = "0"
+    bench.KOORD = koord
+    return bench.koord("hostile", PORT, os.path.join(ROOT, "bench", "state"),
+                       "--memory-limit", str(LIMIT))
 
 
 def tls_context(alpn=("http/1.1",)):
@@ -297,16 +271,16 @@ CASES = [
 ]
 
 
-def run(label, koord, out):
+def run(label, koord):
     print(f"\n{label} ({koord}), --memory-limit 384Mi, MIMALLOC_PURGE_DELAY=0\n")
     print("| attack | idle MiB | peak MiB | peak / limit | outcome | replica alive |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
     for name, attack in CASES:
-        server = Server(koord, out)
-        idle = server.status("VmRSS")
+        server = start(koord)
+        idle = server.rss()
         outcome = attack(server)
-        peak = server.status("VmHWM")
-        alive = server.alive()
+        peak = server.peak()
+        alive = server.proc.poll() is None
         server.stop()
         print(f"| {name} | {idle:.1f} | {peak:.1f} | {peak * (1 << 20) / LIMIT:.2f} | {outcome} | {'yes' if alive else 'no'} |",
               flush=True)
@@ -317,13 +291,10 @@ def main():
     parser.add_argument("--koord", required=True)
     parser.add_argument("--before")
     args = parser.parse_args()
-    out = tempfile.mkdtemp(prefix="hostile-")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                    "-nodes", "-subj", "/CN=localhost", "-days", "1", "-keyout", os.path.join(out, "tls.key"),
-                    "-out", os.path.join(out, "tls.crt")], check=True, capture_output=True)
+    bench.self_signed(bench.OUT, "bench")
     if args.before:
-        run("before", args.before, out)
-    run("after", args.koord, out)
+        run("before", args.before)
+    run("after", args.koord)
 
 
 if __name__ == "__main__":

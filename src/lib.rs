@@ -22,6 +22,7 @@ pub mod resources;
 #[cfg(test)]
 pub(crate) mod scripted_api;
 pub mod selectors;
+mod serde_proxy;
 pub mod server;
 pub mod slo_config;
 pub mod state;

@@ -7,10 +7,11 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-/// Bytes of one quoted value kept in a message.
-pub const MAX_QUOTED: usize = 256;
+/// Bytes of one quoted value kept in a message: more than any message of Koordinator's quotes
+/// (an SLO ConfigMap check quotes its whole JSON-encoded reason, a few hundred bytes).
+pub const MAX_QUOTED: usize = 1024;
 /// Bytes of a whole message or warning kept.
-pub const MAX_MESSAGE: usize = 4096;
+pub const MAX_MESSAGE: usize = 16 * 1024;
 
 /// `text` with each `"…"` span longer than [`MAX_QUOTED`] bytes cut (saying how much was left
 /// out), then cut to [`MAX_MESSAGE`] bytes. Borrowed when nothing is cut.

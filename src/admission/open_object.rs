@@ -155,6 +155,39 @@ macro_rules! open_object {
 }
 pub(crate) use open_object;
 
+/// `kube::Resource` for an object type as a rule decodes it: a `metadata` field (an `ObjectMeta`, or
+/// what derefs to one) and the kind's names.
+macro_rules! slim_resource {
+    ($type:ty, $scope:ident, group $group:literal, version $version:literal, kind $kind:literal, plural $plural:literal) => {
+        impl ::kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = ::kube::core::$scope;
+
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use slim_resource;
+
 /// An object's metadata: `ObjectMeta` for the plugins (and [`kube::Resource`]), decoded and written
 /// through [`MetaFields`] so that `managedFields` is stepped over.
 #[derive(Clone, Debug, Default, PartialEq)]

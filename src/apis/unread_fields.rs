@@ -15,6 +15,8 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, Visitor};
 
+use crate::serde_proxy::{each_deserialize_method, each_visit_value_method};
+
 /// The field left out of `metadata`.
 const MANAGED_FIELDS: &str = "managedFields";
 
@@ -71,39 +73,7 @@ macro_rules! forward {
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Filtered<D> {
     type Error = D::Error;
 
-    forward!(
-        deserialize_any(),
-        deserialize_bool(),
-        deserialize_i8(),
-        deserialize_i16(),
-        deserialize_i32(),
-        deserialize_i64(),
-        deserialize_i128(),
-        deserialize_u8(),
-        deserialize_u16(),
-        deserialize_u32(),
-        deserialize_u64(),
-        deserialize_u128(),
-        deserialize_f32(),
-        deserialize_f64(),
-        deserialize_char(),
-        deserialize_str(),
-        deserialize_string(),
-        deserialize_bytes(),
-        deserialize_byte_buf(),
-        deserialize_option(),
-        deserialize_unit(),
-        deserialize_unit_struct(name: &'static str),
-        deserialize_newtype_struct(name: &'static str),
-        deserialize_seq(),
-        deserialize_tuple(len: usize),
-        deserialize_tuple_struct(name: &'static str, len: usize),
-        deserialize_map(),
-        deserialize_struct(name: &'static str, fields: &'static [&'static str]),
-        deserialize_enum(name: &'static str, variants: &'static [&'static str]),
-        deserialize_identifier(),
-        deserialize_ignored_any(),
-    );
+    each_deserialize_method!(forward);
 
     fn is_human_readable(&self) -> bool {
         self.inner.is_human_readable()
@@ -131,28 +101,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Filter<V> {
         self.inner.expecting(f)
     }
 
-    pass!(
-        visit_bool(bool),
-        visit_i8(i8),
-        visit_i16(i16),
-        visit_i32(i32),
-        visit_i64(i64),
-        visit_i128(i128),
-        visit_u8(u8),
-        visit_u16(u16),
-        visit_u32(u32),
-        visit_u64(u64),
-        visit_u128(u128),
-        visit_f32(f32),
-        visit_f64(f64),
-        visit_char(char),
-        visit_str(&str),
-        visit_borrowed_str(&'de str),
-        visit_string(String),
-        visit_bytes(&[u8]),
-        visit_borrowed_bytes(&'de [u8]),
-        visit_byte_buf(Vec<u8>),
-    );
+    each_visit_value_method!(pass);
 
     fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
         self.inner.visit_none()

@@ -12,6 +12,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, Visitor};
 
 use super::counting::over_limit;
+use crate::serde_proxy::{each_deserialize_method, each_visit_value_method};
 
 /// The error a decode stops with; the caller tells it from a syntax error by its meter.
 pub const OVER_LIMIT: &str = "decoding stopped: the review's memory allowance is spent";
@@ -49,39 +50,7 @@ macro_rules! forward {
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Metered<D> {
     type Error = D::Error;
 
-    forward!(
-        deserialize_any(),
-        deserialize_bool(),
-        deserialize_i8(),
-        deserialize_i16(),
-        deserialize_i32(),
-        deserialize_i64(),
-        deserialize_i128(),
-        deserialize_u8(),
-        deserialize_u16(),
-        deserialize_u32(),
-        deserialize_u64(),
-        deserialize_u128(),
-        deserialize_f32(),
-        deserialize_f64(),
-        deserialize_char(),
-        deserialize_str(),
-        deserialize_string(),
-        deserialize_bytes(),
-        deserialize_byte_buf(),
-        deserialize_option(),
-        deserialize_unit(),
-        deserialize_unit_struct(name: &'static str),
-        deserialize_newtype_struct(name: &'static str),
-        deserialize_seq(),
-        deserialize_tuple(len: usize),
-        deserialize_tuple_struct(name: &'static str, len: usize),
-        deserialize_map(),
-        deserialize_struct(name: &'static str, fields: &'static [&'static str]),
-        deserialize_enum(name: &'static str, variants: &'static [&'static str]),
-        deserialize_identifier(),
-        deserialize_ignored_any(),
-    );
+    each_deserialize_method!(forward);
 
     fn is_human_readable(&self) -> bool {
         self.0.is_human_readable()
@@ -103,28 +72,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Metered<V> {
         self.0.expecting(f)
     }
 
-    pass!(
-        visit_bool(bool),
-        visit_i8(i8),
-        visit_i16(i16),
-        visit_i32(i32),
-        visit_i64(i64),
-        visit_i128(i128),
-        visit_u8(u8),
-        visit_u16(u16),
-        visit_u32(u32),
-        visit_u64(u64),
-        visit_u128(u128),
-        visit_f32(f32),
-        visit_f64(f64),
-        visit_char(char),
-        visit_str(&str),
-        visit_borrowed_str(&'de str),
-        visit_string(String),
-        visit_bytes(&[u8]),
-        visit_borrowed_bytes(&'de [u8]),
-        visit_byte_buf(Vec<u8>),
-    );
+    each_visit_value_method!(pass);
 
     fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
         self.0.visit_none()

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules by floor, lowest first (docs/architecture.md).
 const FLOORS: &[(u8, &[&str])] = &[
+    // Macros the leaves' serde wrappers share.
+    (0, &["serde_proxy"]),
     (
         1,
         &[

@@ -9,6 +9,9 @@ use super::object::Reservation;
 use crate::admission::chain::{Ctx, Mutator, Step};
 use crate::admission::colocation::{self, apply_metadata, draw, priority_class};
 use crate::admission::outcome::{PluginResult, Rejection};
+use crate::memory::metered::metered;
+use crate::memory::{Meter, decode_allowance};
+use crate::resources::strategic_merge;
 use crate::resources::strategic_merge::RESERVATION_KEYS;
 
 pub struct ApplyColocationProfiles;
@@ -48,9 +51,56 @@ fn apply(ctx: &Ctx<'_, Reservation>, reservation: &mut Reservation) -> PluginRes
             }
         }
         if let Some(patch) = &spec.patch {
-            colocation::apply_patch(reservation, patch, &RESERVATION_KEYS)
-                .map_err(Rejection::internal)?;
+            apply_profile_patch(reservation, patch).map_err(Rejection::internal)?;
         }
     }
     Ok(())
+}
+
+/// The profile's patch on the Reservation as Koordinator applies it: merged, then read back into
+/// the Reservation type, which keeps only the fields that type has (a profile written for pods puts
+/// `spec.containers` on it: dropped). The fields the full type knows are found by reading the merged
+/// object through it (metered, as a review's decode is: the template is read whole here), and the
+/// merged object keeps those and no others, as it came (the full type's defaults are not added).
+fn apply_profile_patch(
+    reservation: &mut Reservation,
+    patch: &serde_json::Value,
+) -> Result<(), String> {
+    let original = serde_json::to_value(&*reservation).map_err(|e| e.to_string())?;
+    let mut merged =
+        strategic_merge::apply(&original, patch, &RESERVATION_KEYS).map_err(|e| e.to_string())?;
+    let text = serde_json::to_vec(&merged).map_err(|e| e.to_string())?;
+    let known = {
+        let meter = Meter::start(decode_allowance(&text));
+        let mut d = serde_json::Deserializer::from_slice(&text);
+        let full: Result<crate::apis::Reservation, _> = metered(&mut d);
+        meter
+            .check()
+            .map_err(|over| format!("the patched Reservation is too large to read back: {over}"))?;
+        full.map_err(|e| format!("the patched object does not decode: {e}"))?
+    };
+    let known = serde_json::to_value(known).map_err(|e| e.to_string())?;
+    keep_known(&mut merged, &known);
+    *reservation = serde_json::from_value(merged)
+        .map_err(|e| format!("the patched object does not decode: {e}"))?;
+    Ok(())
+}
+
+/// Drops from `value` every object member `known` does not have, at every depth.
+fn keep_known(value: &mut serde_json::Value, known: &serde_json::Value) {
+    use serde_json::Value;
+    match (value, known) {
+        (Value::Object(members), Value::Object(known)) => {
+            members.retain(|key, _| known.contains_key(key));
+            for (key, member) in members.iter_mut() {
+                keep_known(member, &known[key]);
+            }
+        }
+        (Value::Array(items), Value::Array(known)) => {
+            for (item, known) in items.iter_mut().zip(known) {
+                keep_known(item, known);
+            }
+        }
+        _ => {}
+    }
 }

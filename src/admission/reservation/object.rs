@@ -4,11 +4,7 @@
 //! template is a whole pod spec, most of whose optional fields are large once decoded even when
 //! empty: decoded whole, a 12-byte volume cost 11 KB.
 
-use std::borrow::Cow;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::admission::open_object::{Meta, open_object};
+use crate::admission::open_object::{Meta, open_object, slim_resource};
 
 open_object! {
     pub struct Reservation {
@@ -40,29 +36,14 @@ open_object! {
     }
 }
 
-impl kube::Resource for Reservation {
-    type DynamicType = ();
-    type Scope = kube::core::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Reservation".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "scheduling.koordinator.sh".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "reservations".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+slim_resource!(
+    Reservation,
+    ClusterResourceScope,
+    group "scheduling.koordinator.sh",
+    version "v1alpha1",
+    kind "Reservation",
+    plural "reservations"
+);
 
 #[cfg(test)]
 mod tests {
