@@ -274,7 +274,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     self_signed(OUT, "bench")
     phases = sys.argv[1:] or ["peer", "node", "scale", "rotation", "memory", "apiserver"]
-    # A static binary is the musl build, the image's (src/main.rs gives it mimalloc).
+    # A static binary is the musl build, the image's (src/memory/counting.rs gives it mimalloc).
     linkage = subprocess.run(["ldd", KOORD], capture_output=True, text=True)
     record("build", "koord-webhook", "-", {"binary": os.path.relpath(KOORD, ROOT),
                                             "static": "not a dynamic" in linkage.stdout + linkage.stderr

@@ -26,7 +26,7 @@ use super::reservation::object::Reservation;
 use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::entries::EndpointSpec;
-use crate::memory::{Meter, decode_allowance};
+use crate::memory::{Meter, decode_allowance_of};
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
@@ -198,7 +198,12 @@ impl<T: Object> TypedEndpoint<T> {
         // What the decode takes is counted by the allocator and held to what the body's shape
         // allows: a shape larger decoded than estimated is stopped at the first value past it.
         let decoded = {
-            let meter = Meter::start(decode_allowance(body));
+            // A mutating chain keeps a copy of what it decoded: the two share the estimate.
+            let copies = match self.chain {
+                Chain::Mutating { .. } => 2,
+                Chain::Validating { .. } => 1,
+            };
+            let meter = Meter::start(decode_allowance_of(body, copies));
             let decoded = self.decode(body);
             meter
                 .check()

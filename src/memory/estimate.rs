@@ -13,7 +13,10 @@ pub const DECODED_BYTES_PER_STRING: usize = 200;
 /// and a body of bare numbers costs more than either once decoded into `serde_json::Value`s, so the
 /// budget counts this, not bytes. A byte scan: ~1 ms per 3 MiB, nothing for a typical pod.
 pub fn decoded_estimate(body: &[u8]) -> usize {
-    let shape = JsonShape::of(body);
+    estimate_of(body, &JsonShape::of(body))
+}
+
+fn estimate_of(body: &[u8], shape: &JsonShape) -> usize {
     body.len()
         .saturating_add(shape.strings.saturating_mul(DECODED_BYTES_PER_STRING))
         .saturating_add(shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
@@ -22,7 +25,19 @@ pub fn decoded_estimate(body: &[u8]) -> usize {
 /// What a review's decode may allocate: its estimate, and room for the fixed-size parts whatever
 /// the body (the typed request and its objects' structs, a few KiB for the largest kind).
 pub fn decode_allowance(body: &[u8]) -> usize {
-    decoded_estimate(body).saturating_add(DECODE_FLOOR)
+    decode_allowance_of(body, 1)
+}
+
+/// As [`decode_allowance`], for a decode that will be held `copies` times at once (a mutating
+/// chain keeps the object it received beside the one its rules edit): the estimate, which counts
+/// the whole answer, is shared among the copies.
+pub fn decode_allowance_of(body: &[u8], copies: usize) -> usize {
+    let shape = JsonShape::of(body);
+    (estimate_of(body, &shape) / copies.max(1))
+        .saturating_add(DECODE_FLOOR)
+        // An escaped string is unescaped into a buffer that grows by doubling, then copied out:
+        // both live at once (a 74 KB annotation of JSON was refused before this).
+        .saturating_add(shape.longest_escaped.saturating_mul(3))
 }
 
 /// The room [`decode_allowance`] gives every review besides its estimate.
@@ -38,6 +53,8 @@ pub const DECODED_BYTES_PER_VALUE: usize = 72;
 struct JsonShape {
     strings: usize,
     others: usize,
+    /// The bytes of the longest string with an escape in it.
+    longest_escaped: usize,
 }
 
 impl JsonShape {
@@ -53,16 +70,23 @@ impl JsonShape {
             if b == b'"' {
                 shape.strings += 1;
                 in_scalar = false;
+                let (start, mut escaped) = (i, false);
                 // To the closing quote, stepping over escapes (`\"`, `\\`, `\u....`).
                 loop {
                     match memchr::memchr2(b'"', b'\\', body.get(i..).unwrap_or_default()) {
                         None => return shape,
-                        Some(k) if body[i + k] == b'\\' => i += k + 2,
+                        Some(k) if body[i + k] == b'\\' => {
+                            escaped = true;
+                            i += k + 2;
+                        }
                         Some(k) => {
                             i += k + 1;
                             break;
                         }
                     }
+                }
+                if escaped {
+                    shape.longest_escaped = shape.longest_escaped.max(i - start);
                 }
                 continue;
             }
@@ -87,16 +111,36 @@ mod tests {
             shape(r#"{"a":[0,-1.5e+3,true,null,{}],"b":"x\"[1,2]"}"#),
             JsonShape {
                 strings: 3,
-                others: 7
+                others: 7,
+                longest_escaped: 9,
             }
         );
         assert_eq!(
             shape("[0,0,0,0]"),
             JsonShape {
                 strings: 0,
-                others: 5
+                others: 5,
+                longest_escaped: 0,
             }
         );
+    }
+
+    /// A long escaped string (a `last-applied-configuration` annotation of JSON) fits its
+    /// allowance: it is unescaped into a growing buffer and then copied.
+    #[test]
+    fn a_long_escaped_string_fits_its_allowance() {
+        let inner = "{\\\"a\\\":1},".repeat(10_000);
+        let body = format!("{{\"annotation\":\"{inner}\"}}");
+        let meter = crate::memory::Meter::start(usize::MAX);
+        let decoded: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(&body).unwrap();
+        assert!(
+            meter.peak() < decode_allowance(body.as_bytes()),
+            "{} of {}",
+            meter.peak(),
+            decode_allowance(body.as_bytes())
+        );
+        drop(decoded);
     }
 
     /// The smallest review of the largest kind decodes within its allowance.

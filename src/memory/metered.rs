@@ -11,7 +11,8 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, Visitor};
 
-use super::counting::over_limit;
+use super::counting::{Meter, over_limit};
+use super::estimate::decode_allowance;
 use crate::serde_proxy::{each_deserialize_method, each_visit_value_method};
 
 /// The error a decode stops with; the caller tells it from a syntax error by its meter.
@@ -25,6 +26,44 @@ where
     D: Deserializer<'de>,
 {
     T::deserialize(Metered(deserializer))
+}
+
+/// `value` as a JSON tree, built within the memory its text's estimate allows (its text written
+/// first, then read under a meter): a tree of an object whose fields were kept as text
+/// (`admission/open_object.rs`) is built only where a rule needs it (a patch, a differ), and a
+/// shape larger as a tree than its text says is refused here as in a review's decode.
+pub fn to_value_within<T: serde::Serialize + ?Sized>(
+    value: &T,
+) -> Result<serde_json::Value, WithinError> {
+    let text = serde_json::to_vec(value).map_err(WithinError::Json)?;
+    read_within(&text)
+}
+
+/// `text` read as `T` under a meter of its own allowance ([`decode_allowance`]).
+pub fn read_within<T: de::DeserializeOwned>(text: &[u8]) -> Result<T, WithinError> {
+    let meter = Meter::start(decode_allowance(text));
+    let mut d = serde_json::Deserializer::from_slice(text);
+    let read = metered(&mut d).and_then(|t| d.end().map(|()| t));
+    meter.check().map_err(WithinError::OverLimit)?;
+    read.map_err(WithinError::Json)
+}
+
+/// Why [`to_value_within`] or [`read_within`] gave no value.
+#[derive(Debug, thiserror::Error)]
+pub enum WithinError {
+    #[error("it would take more memory than its text allows: {0}")]
+    OverLimit(super::counting::OverLimit),
+    #[error(transparent)]
+    Json(serde_json::Error),
+}
+
+/// As [`metered`], for a seed.
+pub fn metered_seed<'de, S, D>(seed: S, deserializer: D) -> Result<S::Value, D::Error>
+where
+    S: DeserializeSeed<'de>,
+    D: Deserializer<'de>,
+{
+    seed.deserialize(Metered(deserializer))
 }
 
 fn check<E: de::Error>() -> Result<(), E> {
@@ -189,8 +228,18 @@ impl<'de, A: de::VariantAccess<'de>> de::VariantAccess<'de> for Metered<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::Meter;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_tree_larger_than_its_text_allows_is_refused() {
+        // `{"":0}` is 7 bytes of text and ~670 bytes as a tree.
+        let text = format!("[{}{{\"\":0}}]", "{\"\":0},".repeat(100_000));
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&text).unwrap();
+        let e = to_value_within(&raw).unwrap_err();
+        assert!(matches!(e, WithinError::OverLimit(_)), "{e}");
+        let fits: serde_json::Value = read_within(br#"{"a": [1, 2, {"b": "c"}]}"#).unwrap();
+        assert_eq!(fits["a"][2]["b"], "c");
+    }
 
     fn decode<T: de::DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
         let mut d = serde_json::Deserializer::from_str(text);

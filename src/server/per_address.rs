@@ -40,7 +40,15 @@ pub struct Held<T> {
     handshaking: Option<Slot>,
     /// Running while a write waits for the client to read.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Running from the first byte of a request until the server writes again.
+    unanswered: Option<Pin<Box<tokio::time::Sleep>>>,
 }
+
+/// How long a connection may go from the first byte of a request to the next byte the server
+/// writes: longer than any request takes to arrive and be answered (the read timeout, 10 s, then at
+/// most the API server's 30 s), far shorter than a caller holding a half-sent request head on a
+/// kept-alive connection would like (actix times out only a connection's first head).
+pub const UNANSWERED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(45);
 
 /// How long a write may wait for a client that reads nothing. The API server reads an answer as
 /// it arrives; a caller that never reads would otherwise hold the answer's bytes as long as it
@@ -54,6 +62,7 @@ impl<T> Held<T> {
             _slot: slot,
             handshaking: None,
             stalled: None,
+            unanswered: None,
         }
     }
 
@@ -68,6 +77,28 @@ impl<T> Held<T> {
         self.handshaking = None;
     }
 
+    /// A read's outcome: bytes start the [`UNANSWERED_TIMEOUT`]; waiting past it is an error.
+    fn unless_unanswered(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<std::io::Result<()>>,
+        read_some: bool,
+    ) -> Poll<std::io::Result<()>> {
+        if read_some && self.unanswered.is_none() {
+            self.unanswered = Some(Box::pin(tokio::time::sleep(UNANSWERED_TIMEOUT)));
+        }
+        if polled.is_ready() {
+            return polled;
+        }
+        match self.unanswered.as_mut().map(|t| t.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a request got no answer within the unanswered timeout",
+            ))),
+            _ => Poll::Pending,
+        }
+    }
+
     /// A write's outcome, turned into an error once it has waited [`WRITE_STALL_TIMEOUT`].
     fn unless_stalled<R>(
         &mut self,
@@ -76,6 +107,9 @@ impl<T> Held<T> {
     ) -> Poll<std::io::Result<R>> {
         if polled.is_ready() {
             self.stalled = None;
+            if matches!(polled, Poll::Ready(Ok(_))) {
+                self.unanswered = None;
+            }
             return polled;
         }
         let timer = self
@@ -102,11 +136,15 @@ impl Held<tokio::net::TcpStream> {
 
 impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        let read_some = buf.filled().len() > before;
+        this.unless_unanswered(cx, polled, read_some)
     }
 }
 
@@ -264,6 +302,36 @@ mod tests {
         drop(held);
         assert_eq!(reading.await.unwrap(), 8 * 1024);
         drop(client.shutdown().await);
+    }
+
+    /// A request head left half-sent: the connection ends once it has gone unanswered for the
+    /// unanswered timeout; one answered in time keeps it.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_left_unanswered_ends_its_connection() {
+        use tokio::io::AsyncReadExt;
+        let table = PerAddress::new(4);
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let (server, mut client) = tokio::io::duplex(1024);
+        let mut held = Held::new(server, table.take(ip).unwrap());
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nX-A: ")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        assert!(held.read(&mut buf).await.unwrap() > 0);
+        let started = tokio::time::Instant::now();
+        let e = held.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= UNANSWERED_TIMEOUT - std::time::Duration::from_secs(1));
+
+        let (server, mut client) = tokio::io::duplex(1024);
+        let mut held = Held::new(server, table.take(ip).unwrap());
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        assert!(held.read(&mut buf).await.unwrap() > 0);
+        held.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        // Idle after its answer: no timer runs (the keep-alive is actix's).
+        let idle = tokio::time::timeout(UNANSWERED_TIMEOUT * 2, held.read(&mut buf)).await;
+        assert!(idle.is_err(), "still open and waiting: {idle:?}");
     }
 
     /// Handshake turns: over its cap an address waits for its own to end, never another's.

@@ -9,6 +9,8 @@
 //! The text is first read into a JSON value with every key under its field's canonical name, then
 //! decoded into the Rust type, whose serde names are those canonical names.
 
+use crate::memory::metered::metered_seed;
+use crate::memory::{Meter, decode_allowance};
 use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -113,8 +115,13 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error>
 /// `text` as a JSON value with every key under its field's canonical name (syntax errors with
 /// their position; serde_json's nesting limit applies).
 pub fn read(text: &str) -> Result<Value, serde_json::Error> {
+    // Held to what the text allows, as a review's decode is: a data value of `[[0],[0],…]` is one
+    // string to the review's estimate and millions of values here.
+    let meter = Meter::start(decode_allowance(text.as_bytes()));
     let mut reader = serde_json::Deserializer::from_str(text);
-    let value = Folded { label_map: false }.deserialize(&mut reader)?;
+    let value = metered_seed(Folded { label_map: false }, &mut reader);
+    meter.check().map_err(serde::de::Error::custom)?;
+    let value = value?;
     reader.end()?;
     Ok(value)
 }

@@ -13,6 +13,7 @@ use crate::apis::colocation_profile::QosClassOrEmpty;
 use crate::apis::keys::{PRIORITY_LABEL, QOS_CLASS_LABEL};
 use crate::apis::{ClusterColocationProfile, ClusterColocationProfileSpec};
 use crate::cache::Cache;
+use crate::memory::metered::to_value_within;
 use crate::resources::strategic_merge::{self, MergeKeys};
 use crate::selectors::{self, Labels};
 use crate::telemetry::Clipped;
@@ -147,7 +148,7 @@ pub fn apply_patch<T: Serialize + DeserializeOwned>(
     patch: &serde_json::Value,
     keys: &dyn MergeKeys,
 ) -> Result<(), String> {
-    let original = serde_json::to_value(&*object).map_err(|e| e.to_string())?;
+    let original = to_value_within(&*object).map_err(|e| format!("the object: {e}"))?;
     let merged = strategic_merge::apply(&original, patch, keys).map_err(|e| e.to_string())?;
     *object = serde_json::from_value(merged)
         .map_err(|e| format!("the patched object does not decode: {e}"))?;

@@ -12,6 +12,8 @@ use json_patch::PatchOperation;
 use json_patch::jsonptr::Token;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Serialize;
+
+use crate::memory::metered::to_value_within;
 use serde_json::Value;
 
 use super::json_write;
@@ -67,8 +69,9 @@ impl Builder {
         if before == after {
             return Ok(());
         }
-        let before = serde_json::to_value(before)?;
-        let after = serde_json::to_value(after)?;
+        // Within what their text allows: the fields a slim object kept as text become trees here.
+        let tree = |v: &T| to_value_within(v).map_err(serde::ser::Error::custom);
+        let (before, after) = (tree(before)?, tree(after)?);
         match (&before, &after) {
             (_, Value::Null) if !path.is_empty() => self.op("remove", path, None::<&()>),
             (Value::Null, value) if !path.is_empty() => self.op("add", path, Some(value)),

@@ -44,7 +44,8 @@ impl Validator<Pod> for ReservationAffinity {
 
 fn reservation_name(pod: &Pod) -> Option<String> {
     let text = crate::apis::meta::annotation(pod, RESERVATION_AFFINITY)?;
-    let affinity: serde_json::Value = serde_json::from_str(text).ok()?;
+    // A tree of the annotation, within what its text allows.
+    let affinity: serde_json::Value = crate::memory::metered::read_within(text.as_bytes()).ok()?;
     affinity
         .get("name")
         .and_then(|n| n.as_str())

@@ -9,8 +9,7 @@ use super::object::Reservation;
 use crate::admission::chain::{Ctx, Mutator, Step};
 use crate::admission::colocation::{self, apply_metadata, draw, priority_class};
 use crate::admission::outcome::{PluginResult, Rejection};
-use crate::memory::metered::metered;
-use crate::memory::{Meter, decode_allowance};
+use crate::memory::metered::{read_within, to_value_within};
 use crate::resources::strategic_merge;
 use crate::resources::strategic_merge::RESERVATION_KEYS;
 
@@ -66,19 +65,12 @@ fn apply_profile_patch(
     reservation: &mut Reservation,
     patch: &serde_json::Value,
 ) -> Result<(), String> {
-    let original = serde_json::to_value(&*reservation).map_err(|e| e.to_string())?;
+    let original = to_value_within(&*reservation).map_err(|e| format!("the object: {e}"))?;
     let mut merged =
         strategic_merge::apply(&original, patch, &RESERVATION_KEYS).map_err(|e| e.to_string())?;
     let text = serde_json::to_vec(&merged).map_err(|e| e.to_string())?;
-    let known = {
-        let meter = Meter::start(decode_allowance(&text));
-        let mut d = serde_json::Deserializer::from_slice(&text);
-        let full: Result<crate::apis::Reservation, _> = metered(&mut d);
-        meter
-            .check()
-            .map_err(|over| format!("the patched Reservation is too large to read back: {over}"))?;
-        full.map_err(|e| format!("the patched object does not decode: {e}"))?
-    };
+    let known: crate::apis::Reservation =
+        read_within(&text).map_err(|e| format!("the patched Reservation: {e}"))?;
     let known = serde_json::to_value(known).map_err(|e| e.to_string())?;
     keep_known(&mut merged, &known);
     *reservation = serde_json::from_value(merged)
