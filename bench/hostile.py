@@ -8,7 +8,10 @@ prints a Markdown table per build (the image's build is target/x86_64-unknown-li
 
 The attacks:
 - reservation-volumes: a 1 MiB /mutate-reservation review whose pod template has empty volumes
-  (`{"name":""}`), 1, 2 and 8 at once;
+  (`{"name":""}`), 1, 2 and 8 at once; and of `{"":0}` volumes on a Reservation a profile with a
+  patch selects (the attack review's shape);
+- an SLO ConfigMap whose colocation-config is `[[0],...]`, and a pod of empty containers padded
+  with empty strings through /mutate-pod (the attack review's shapes);
 - h2-streams: one TLS connection asking for h2 by ALPN, opening 200,000 streams (HEADERS without
   END_STREAM; needs the `h2` package, installed from PyPI when missing);
 - unread-denials: 90 forged /validate-pod UPDATEs whose new `koordinator.sh/priority` label is
@@ -91,6 +94,34 @@ def reservation_volumes(size):
            "spec": {"template": {"spec": {"containers": [{"name": "c"}], "volumes": volumes}},
                     "owners": [{"object": {"name": "p"}}]}}
     return review("Reservation", "reservations", "scheduling.koordinator.sh", "CREATE", obj)
+
+
+def reservation_kv_volumes(size):
+    """A Reservation a profile of bench/state selects (`app: spark`), its template's volumes
+    `{"":0}`: text no rule reads, made a JSON tree by the profile's patch and the differ."""
+    volumes = [{"": 0}] * (size // 8)
+    obj = {"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+           "metadata": {"name": "r", "labels": {"app": "spark"}},
+           "spec": {"template": {"spec": {"containers": [{"name": "c"}], "volumes": volumes}},
+                    "owners": [{"object": {"name": "p"}}]}}
+    return review("Reservation", "reservations", "scheduling.koordinator.sh", "CREATE", obj)
+
+
+def slo_config_zeros(size):
+    """A forged SLO ConfigMap whose colocation-config is `[[0],[0],...]`: one string to the
+    review's estimate, millions of values to the check."""
+    obj = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "slo-controller-config", "namespace": "koordinator-system"},
+           "data": {"colocation-config": "[" + ",".join(["[0]"] * (size // 4)) + "]"}}
+    return review("ConfigMap", "configmaps", "", "CREATE", obj)
+
+
+def pod_empty_containers(size):
+    """A pod of empty containers, padded with empty strings where no rule reads (the estimate
+    counts each 200 bytes): decoded, then copied by the mutating chain."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{}] * (size // 6), "padding": [""] * (size // 6)}}
+    return review("Pod", "pods", "", "CREATE", pod)
 
 
 def priority_update(size):
@@ -264,6 +295,9 @@ CASES = [
     ("reservation-volumes 1 MiB", lambda s: attack_reservation(s, 1)),
     ("reservation-volumes 1 MiB, 2 at once", lambda s: attack_reservation(s, 2)),
     ("reservation-volumes 1 MiB, 8 at once", lambda s: attack_reservation(s, 8)),
+    ("reservation-volumes of {\"\":0} 2.7 MiB, a profile with a patch", lambda s: post_all("/mutate-reservation", reservation_kv_volumes(int(2.7 * (1 << 20))), 1)),
+    ("SLO ConfigMap of [0] 7.9 MiB", lambda s: post_all("/validate-configmap", slo_config_zeros(int(7.9 * (1 << 20))), 1)),
+    ("pod of empty containers 3.3 MiB, /mutate-pod", lambda s: post_all("/mutate-pod", pod_empty_containers(int(3.3 * (1 << 20))), 1)),
     ("h2-streams 200,000", attack_h2_streams),
     ("unread-denials 90 x 4 MiB", attack_unread_denials),
     ("trickle, 4 addresses", attack_trickle),

@@ -210,6 +210,25 @@ fn the_slo_config_is_validated_on_change() {
     assert!(denial(&response).starts_with(r#"___{"reason":"ParseConfigFail","message":"Failed to parse CpuBurst config in configmap koordinator-system/slo-controller-config, err: "#));
 }
 
+/// A ConfigMap larger than the API server stores is refused before its JSON is read (a forged
+/// 7.9 MB `[[0],...]` took 326 MiB to read as trees); one at the limit is read.
+#[test]
+fn a_slo_config_over_the_api_servers_limit_is_refused_unread() {
+    let zeros = |n: usize| format!("[{}[0]]", "[0],".repeat(n));
+    let over = slo_config(json!({"colocation-config": zeros(300_000)}));
+    let response = config_map_review(&[], "CREATE", over, Value::Null);
+    assert_eq!(
+        denial(&response),
+        "data: Too long: must have at most 1048576 bytes (the API server's limit on a ConfigMap)"
+    );
+    let at = slo_config(json!({"colocation-config": zeros(200_000)}));
+    let response = config_map_review(&[], "CREATE", at, Value::Null);
+    assert!(
+        denial(&response).contains("ParseConfigFail"),
+        "read, and refused for what it says: {response}"
+    );
+}
+
 #[test]
 fn new_strategies_may_not_overlap_or_share_a_cluster_node() {
     let strategies = |a: Value, b: Value| {

@@ -22,12 +22,25 @@ impl Validator<ConfigMap> for SloConfigCheck {
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ConfigMap>) -> Step<'a> {
         match Input::of(ctx) {
+            // What the API server stores at most: a larger one is forged, and its JSON read as
+            // trees would cost tens of times its text (a 7.9 MB `[[0],...]` took 326 MiB).
+            Some(input) if input.data_bytes() > MAX_CONFIG_MAP_DATA => {
+                Err(Rejection::invalid(format!(
+                    "data: Too long: must have at most {MAX_CONFIG_MAP_DATA} bytes (the API \
+                     server's limit on a ConfigMap)"
+                )))
+                .into()
+            }
             // Parsing and the overlap checks cost up to the documented limits: off the async worker.
             Some(input) => Step::Pending(Box::pin(offload::heavy(move || check(input)))),
             None => Ok(()).into(),
         }
     }
 }
+
+/// The most data a ConfigMap may hold (the API server's `MaxSecretSize`, which it applies to
+/// ConfigMaps too): 1 MiB.
+pub const MAX_CONFIG_MAP_DATA: usize = 1024 * 1024;
 
 /// What the check reads, owned so that it can run on the blocking pool.
 struct Input {
@@ -40,6 +53,11 @@ struct Input {
 }
 
 impl Input {
+    /// The bytes of the data's keys and values, as the API server counts them.
+    fn data_bytes(&self) -> usize {
+        self.data.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
     /// `None` when the request is not a CREATE or UPDATE of the slo-controller ConfigMap.
     fn of(ctx: &Ctx<'_, ConfigMap>) -> Option<Self> {
         if matches!(ctx.operation(), Operation::Delete | Operation::Connect) {
