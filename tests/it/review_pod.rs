@@ -175,6 +175,26 @@ fn quota_trees_and_devices() {
     assert!(patch(&response).is_empty());
 }
 
+/// A denial quotes at most 1 KiB of the value it refuses: a forged UPDATE whose new priority label
+/// is 4 MiB was answered with all of it (held for a client that never reads).
+#[test]
+fn a_denial_quotes_a_clipped_value() {
+    let old = pod("plain", json!({"koordinator.sh/priority": "1"}), json!({}));
+    let new = pod(
+        "plain",
+        json!({"koordinator.sh/priority": "9".repeat(4 << 20)}),
+        json!({}),
+    );
+    let response = review("/validate-pod", "", &POD, "plain", new, old);
+    let message = denial(&response);
+    assert!(message.len() < 2048, "{} bytes", message.len());
+    assert!(
+        message.starts_with("labels.koordinator.sh/priority: Invalid value: \"999"),
+        "{message}"
+    );
+    assert!(message.contains(&format!("…(+{} bytes)", (4 << 20) - 1024)), "{message}");
+}
+
 #[test]
 fn qos_priority_rules() {
     let be_prod = pod(
