@@ -40,8 +40,10 @@ pub struct Held<T> {
     handshaking: Option<Slot>,
     /// Running while a write waits for the client to read.
     stalled: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Running from the first byte of a request until the server writes again.
-    unanswered: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the request whose first byte was read unanswered must be answered by.
+    answer_by: Option<tokio::time::Instant>,
+    /// The timer behind `answer_by`, made once per connection and reset per request.
+    answer_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// How long a connection may go from the first byte of a request to the next byte the server
@@ -62,7 +64,8 @@ impl<T> Held<T> {
             _slot: slot,
             handshaking: None,
             stalled: None,
-            unanswered: None,
+            answer_by: None,
+            answer_timer: None,
         }
     }
 
@@ -84,18 +87,30 @@ impl<T> Held<T> {
         polled: Poll<std::io::Result<()>>,
         read_some: bool,
     ) -> Poll<std::io::Result<()>> {
-        if read_some && self.unanswered.is_none() {
-            self.unanswered = Some(Box::pin(tokio::time::sleep(UNANSWERED_TIMEOUT)));
+        if read_some && self.answer_by.is_none() {
+            self.answer_by = Some(tokio::time::Instant::now() + UNANSWERED_TIMEOUT);
         }
         if polled.is_ready() {
             return polled;
         }
-        match self.unanswered.as_mut().map(|t| t.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
+        let Some(by) = self.answer_by else {
+            return Poll::Pending;
+        };
+        let timer = match &mut self.answer_timer {
+            Some(timer) => {
+                if timer.deadline() != by {
+                    timer.as_mut().reset(by);
+                }
+                timer
+            }
+            none => none.insert(Box::pin(tokio::time::sleep_until(by))),
+        };
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "a request got no answer within the unanswered timeout",
             ))),
-            _ => Poll::Pending,
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -108,7 +123,7 @@ impl<T> Held<T> {
         if polled.is_ready() {
             self.stalled = None;
             if matches!(polled, Poll::Ready(Ok(_))) {
-                self.unanswered = None;
+                self.answer_by = None;
             }
             return polled;
         }
