@@ -192,7 +192,10 @@ fn a_denial_quotes_a_clipped_value() {
         message.starts_with("labels.koordinator.sh/priority: Invalid value: \"999"),
         "{message}"
     );
-    assert!(message.contains(&format!("…(+{} bytes)", (4 << 20) - 1024)), "{message}");
+    assert!(
+        message.contains(&format!("…(+{} bytes)", (4 << 20) - 1024)),
+        "{message}"
+    );
 }
 
 #[test]

@@ -83,16 +83,7 @@ async fn slow_uploads_from_one_address_leave_the_others_served() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Another address is served meanwhile.
-    let mut other = connect_from(server.addr, Proto::Http1, [127, 0, 0, 3].into())
-        .await
-        .unwrap();
-    let (status, body) = other
-        .post(
-            entries::VALIDATE_POD,
-            harmless_review(entries::VALIDATE_POD, "other"),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    served_from(server.addr, [127, 0, 0, 3]).await;
     let mut answers = Vec::new();
     while let Some(done) = stalled.join_next().await {
         answers.push(done.unwrap().unwrap());
@@ -157,16 +148,7 @@ async fn trickling_addresses_leave_the_others_served() {
             }
         }
     });
-    let mut other = connect_from(server.addr, Proto::Http1, [127, 0, 0, 50].into())
-        .await
-        .unwrap();
-    let (status, body) = other
-        .post(
-            entries::VALIDATE_POD,
-            harmless_review(entries::VALIDATE_POD, "other"),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    served_from(server.addr, [127, 0, 0, 50]).await;
     while let Some(done) = trickled.join_next().await {
         let (answer, took) = done.unwrap();
         let (status, body) = answer.unwrap();
@@ -181,6 +163,18 @@ async fn trickling_addresses_leave_the_others_served() {
     drip.abort();
     drop(senders);
     server.stop().await;
+}
+
+/// A harmless review from the loopback address `ip` is answered 200.
+async fn served_from(addr: std::net::SocketAddr, ip: [u8; 4]) {
+    let mut other = connect_from(addr, Proto::Http1, ip.into()).await.unwrap();
+    let (status, body) = other
+        .post(
+            entries::VALIDATE_POD,
+            harmless_review(entries::VALIDATE_POD, "other"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
 }
 
 /// A chunked body (no Content-Length) that grows past the limit gets a 413 the client reads while it

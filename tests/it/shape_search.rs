@@ -171,6 +171,20 @@ fn sites(
     }
 }
 
+/// Every site of the endpoint's kind.
+fn sites_of(endpoint: EndpointName) -> BTreeSet<Site> {
+    let schema = kind_schema(endpoint);
+    let mut found = BTreeSet::new();
+    sites(
+        &schema,
+        &schema,
+        &mut Vec::new(),
+        &mut Vec::new(),
+        &mut found,
+    );
+    found
+}
+
 fn item_of(root: &Value, items: &Value) -> Item {
     let resolved = match items.get("$ref").and_then(Value::as_str) {
         Some(r) => root
@@ -347,21 +361,8 @@ fn every_endpoint_answers_every_shape_within_the_memory_bound() {
     let cases = env_or("SHAPE_SEARCH_CASES", 24) as u32;
     let mut failures = Vec::new();
     for endpoint in koord_webhook::entries::ENDPOINTS.iter().map(|e| e.endpoint) {
-        let schema = kind_schema(endpoint);
-        let mut found = BTreeSet::new();
-        sites(
-            &schema,
-            &schema,
-            &mut Vec::new(),
-            &mut Vec::new(),
-            &mut found,
-        );
-        let found: Vec<Site> = found.into_iter().collect();
-        assert!(
-            found.len() > 3,
-            "{endpoint:?}: {} sites in {schema}",
-            found.len()
-        );
+        let found: Vec<Site> = sites_of(endpoint).into_iter().collect();
+        assert!(found.len() > 3, "{endpoint:?}: {} sites", found.len());
         // Every site with its own shape (empty items in every array, many keys in every map,
         // escapes in every string) at a small size: a type that is large when empty shows here
         // whatever the random pass below draws.
@@ -429,15 +430,7 @@ fn every_endpoint_answers_every_shape_within_the_memory_bound() {
 /// objects (each ~11 KB decoded into k8s-openapi's PodSpec, on 8bf1732).
 #[test]
 fn the_reservation_template_volumes_are_among_the_sites() {
-    let schema = kind_schema(EndpointName::MutateReservation);
-    let mut found = BTreeSet::new();
-    sites(
-        &schema,
-        &schema,
-        &mut Vec::new(),
-        &mut Vec::new(),
-        &mut found,
-    );
+    let found = sites_of(EndpointName::MutateReservation);
     let volumes = Site::Array(
         ["spec", "template", "spec", "volumes"]
             .map(|k| Step::Key(k.into()))
