@@ -26,7 +26,7 @@ use super::reservation::object::Reservation;
 use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::entries::EndpointSpec;
-use crate::memory::{Meter, decode_allowance_of};
+use crate::memory::{BodyShape, Meter};
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
@@ -65,21 +65,23 @@ impl Endpoint {
         }
     }
 
-    /// Answers one AdmissionReview body. A body that is not an AdmissionReview is an error (HTTP
-    /// 400); anything else, an object that does not decode included, gets an answer.
+    /// Answers one AdmissionReview body of `shape` (scanned once, by whoever took its decode
+    /// budget). A body that is not an AdmissionReview is an error (HTTP 400); anything else, an
+    /// object that does not decode included, gets an answer.
     pub async fn review(
         &self,
         body: &[u8],
+        shape: BodyShape,
         env: &Env,
         deadline: Deadline,
     ) -> Result<Vec<u8>, NoVerdict> {
         match self {
-            Endpoint::Pod(e) => e.review(body, env, deadline).await,
-            Endpoint::ElasticQuota(e) => e.review(body, env, deadline).await,
-            Endpoint::Node(e) => e.review(body, env, deadline).await,
-            Endpoint::Reservation(e) => e.review(body, env, deadline).await,
-            Endpoint::ConfigMap(e) => e.review(body, env, deadline).await,
-            Endpoint::ColocationProfile(e) => e.review(body, env, deadline).await,
+            Endpoint::Pod(e) => e.review(body, shape, env, deadline).await,
+            Endpoint::ElasticQuota(e) => e.review(body, shape, env, deadline).await,
+            Endpoint::Node(e) => e.review(body, shape, env, deadline).await,
+            Endpoint::Reservation(e) => e.review(body, shape, env, deadline).await,
+            Endpoint::ConfigMap(e) => e.review(body, shape, env, deadline).await,
+            Endpoint::ColocationProfile(e) => e.review(body, shape, env, deadline).await,
         }
     }
 }
@@ -192,6 +194,7 @@ impl<T: Object> TypedEndpoint<T> {
     pub async fn review(
         &self,
         body: &[u8],
+        shape: BodyShape,
         env: &Env,
         deadline: Deadline,
     ) -> Result<Vec<u8>, NoVerdict> {
@@ -203,7 +206,7 @@ impl<T: Object> TypedEndpoint<T> {
                 Chain::Mutating { .. } => 2,
                 Chain::Validating { .. } => 1,
             };
-            let meter = Meter::start(decode_allowance_of(body, copies));
+            let meter = Meter::start(shape.allowance(copies));
             let decoded = self.decode(body);
             meter
                 .check()

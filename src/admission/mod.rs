@@ -33,6 +33,7 @@ use std::time::Duration;
 use crate::cache::Cache;
 use crate::entries::{ENDPOINTS, EndpointName, EndpointSpec};
 use crate::features::FeatureGates;
+use crate::memory::BodyShape;
 use crate::metrics::Metrics;
 pub use deadline::Deadline;
 pub use endpoint::Endpoint;
@@ -120,7 +121,9 @@ impl Admission {
             .endpoint(path)
             .ok_or_else(|| ReviewError::NotFound(path.to_owned()))?;
         let deadline = Deadline::starting_now(api_timeout);
-        Ok(endpoint.review(body, &self.env, deadline).await?)
+        Ok(endpoint
+            .review(body, BodyShape::of(body), &self.env, deadline)
+            .await?)
     }
 
     /// Every enabled endpoint's path, with the id the server routes it by.
@@ -137,9 +140,12 @@ impl Admission {
         &self,
         id: EndpointId,
         body: &[u8],
+        shape: BodyShape,
         deadline: Deadline,
     ) -> Result<Vec<u8>, NoVerdict> {
-        self.endpoints[id.0].review(body, &self.env, deadline).await
+        self.endpoints[id.0]
+            .review(body, shape, &self.env, deadline)
+            .await
     }
 }
 

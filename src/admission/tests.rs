@@ -391,7 +391,9 @@ async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
 
     // The blocking plugin outlives the 100 ms budget: the next one never runs.
     let late = Deadline::starting_now(timeout);
-    let answer = adm.review_at(id, &body, late).await;
+    let answer = adm
+        .review_at(id, &body, crate::memory::BodyShape::of(&body), late)
+        .await;
     assert!(matches!(answer, Err(NoVerdict::TimedOut(_))), "{answer:?}");
     assert_eq!(
         ran.load(Ordering::SeqCst),
@@ -402,7 +404,9 @@ async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
     // Time spent before the chain (reading and decoding the body) counts: no plugin runs at all.
     let arrived = tokio::time::Instant::now() - Duration::from_secs(1);
     let spent = Deadline::from(arrived, timeout);
-    let answer = adm.review_at(id, &body, spent).await;
+    let answer = adm
+        .review_at(id, &body, crate::memory::BodyShape::of(&body), spent)
+        .await;
     assert!(matches!(answer, Err(NoVerdict::TimedOut(_))), "{answer:?}");
     assert_eq!(
         blocked.load(Ordering::SeqCst),
@@ -415,6 +419,7 @@ async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
         &adm.review_at(
             id,
             &body,
+            crate::memory::BodyShape::of(&body),
             Deadline::starting_now(Some(Duration::from_secs(5))),
         )
         .await

@@ -13,31 +13,48 @@ pub const DECODED_BYTES_PER_STRING: usize = 200;
 /// and a body of bare numbers costs more than either once decoded into `serde_json::Value`s, so the
 /// budget counts this, not bytes. A byte scan: ~1 ms per 3 MiB, nothing for a typical pod.
 pub fn decoded_estimate(body: &[u8]) -> usize {
-    estimate_of(body, &JsonShape::of(body))
-}
-
-fn estimate_of(body: &[u8], shape: &JsonShape) -> usize {
-    body.len()
-        .saturating_add(shape.strings.saturating_mul(DECODED_BYTES_PER_STRING))
-        .saturating_add(shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
+    BodyShape::of(body).estimate()
 }
 
 /// What a review's decode may allocate: its estimate, and room for the fixed-size parts whatever
 /// the body (the typed request and its objects' structs, a few KiB for the largest kind).
 pub fn decode_allowance(body: &[u8]) -> usize {
-    decode_allowance_of(body, 1)
+    BodyShape::of(body).allowance(1)
 }
 
-/// As [`decode_allowance`], for a decode that will be held `copies` times at once (a mutating
-/// chain keeps the object it received beside the one its rules edit): the estimate, which counts
-/// the whole answer, is shared among the copies.
-pub fn decode_allowance_of(body: &[u8], copies: usize) -> usize {
-    let shape = JsonShape::of(body);
-    (estimate_of(body, &shape) / copies.max(1))
-        .saturating_add(DECODE_FLOOR)
-        // An escaped string is unescaped into a buffer that grows by doubling, then copied out:
-        // both live at once (a 74 KB annotation of JSON was refused before this).
-        .saturating_add(shape.longest_escaped.saturating_mul(3))
+/// A body's shape, scanned once: what the server takes from its decode budget
+/// ([`BodyShape::estimate`]) and what the decode is then held to ([`BodyShape::allowance`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyShape {
+    bytes: usize,
+    shape: JsonShape,
+}
+
+impl BodyShape {
+    pub fn of(body: &[u8]) -> Self {
+        Self {
+            bytes: body.len(),
+            shape: JsonShape::of(body),
+        }
+    }
+
+    /// See [`decoded_estimate`].
+    pub fn estimate(&self) -> usize {
+        self.bytes
+            .saturating_add(self.shape.strings.saturating_mul(DECODED_BYTES_PER_STRING))
+            .saturating_add(self.shape.others.saturating_mul(DECODED_BYTES_PER_VALUE))
+    }
+
+    /// As [`decode_allowance`], for a decode that will be held `copies` times at once (a mutating
+    /// chain keeps the object it received beside the one its rules edit): the estimate, which
+    /// counts the whole answer, is shared among the copies.
+    pub fn allowance(&self, copies: usize) -> usize {
+        (self.estimate() / copies.max(1))
+            .saturating_add(DECODE_FLOOR)
+            // An escaped string is unescaped into a buffer that grows by doubling, then copied
+            // out: both live at once (a 74 KB annotation of JSON was refused before this).
+            .saturating_add(self.shape.longest_escaped.saturating_mul(3))
+    }
 }
 
 /// The room [`decode_allowance`] gives every review besides its estimate.
@@ -49,7 +66,7 @@ pub const DECODE_FLOOR: usize = 64 * 1024;
 pub const DECODED_BYTES_PER_VALUE: usize = 72;
 
 /// The values of a JSON text, counted without parsing it: strings, and everything else.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct JsonShape {
     strings: usize,
     others: usize,

@@ -16,4 +16,4 @@ pub mod estimate;
 pub mod metered;
 
 pub use counting::{Meter, OverLimit};
-pub use estimate::{decode_allowance, decode_allowance_of, decoded_estimate};
+pub use estimate::{BodyShape, decode_allowance, decoded_estimate};

@@ -13,7 +13,7 @@ use super::shared::Shared;
 use crate::admission::review::NoVerdict;
 use crate::admission::{Deadline, EndpointId};
 use crate::duration::parse_duration;
-use crate::memory::decoded_estimate;
+use crate::memory::BodyShape;
 
 fn plain(status: StatusCode, message: impl Into<String>) -> HttpResponse {
     let mut body = message.into();
@@ -106,7 +106,8 @@ pub async fn handle(
     // The memory the review will take once decoded, from the body's shape; the body's own bytes
     // are part of it, so the read budget's hold on them ends here.
     let deadline_at = Deadline::from(received, api_timeout);
-    let estimate = decoded_estimate(&body);
+    let shape = BodyShape::of(&body);
+    let estimate = shape.estimate();
     let _decoding = match shared
         .decode_budget
         .take(estimate, deadline_at.instant())
@@ -139,7 +140,7 @@ pub async fn handle(
 
     match shared
         .admission
-        .review_at(endpoint, &body, deadline_at)
+        .review_at(endpoint, &body, shape, deadline_at)
         .await
     {
         Ok(response) => match HeldAnswer::take(response, &shared.body_budget, from) {

@@ -288,16 +288,7 @@ async fn upload_bursts_are_bounded_and_health_still_answers() {
             .is_err(),
         "a fifth connection from an address holding four was served"
     );
-    let mut other = connect_from(server.addr, Proto::Http1, [127, 0, 0, 31].into())
-        .await
-        .unwrap();
-    let (status, body) = other
-        .post(
-            entries::VALIDATE_POD,
-            harmless_review(entries::VALIDATE_POD, "other"),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    served_from(server.addr, [127, 0, 0, 31]).await;
     while let Some(done) = stalled.join_next().await {
         assert_eq!(done.unwrap().unwrap().0, StatusCode::REQUEST_TIMEOUT);
     }
