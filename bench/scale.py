@@ -235,8 +235,7 @@ class Spreader(threading.Thread):
                 client, _ = self.sock.accept()
             except OSError:
                 return
-            i = self.next % len(self.replicas)
-            self.next += 1
+            i = self.pick()
             r = self.replicas[i]
             try:
                 upstream = socket.create_connection((r.addr, r.port), timeout=5)
@@ -246,6 +245,12 @@ class Spreader(threading.Thread):
             self.connections[i] += 1
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pick(self):
+        """The replica the next connection goes to: each in turn."""
+        i = self.next % len(self.replicas)
+        self.next += 1
+        return i
 
     @staticmethod
     def pump(src, dst):
@@ -835,7 +840,7 @@ def main():
     text = table(args.size, size, results)
     print(text)
     if args.results:
-        write_results(args.results, args.size, text)
+        write_results(args.results, f"scale {args.size}", text)
     if args.check is not None:
         failures = check(results, args.check, size)
         for f in failures:
@@ -845,11 +850,12 @@ def main():
         raise SystemExit(1 if failures else 0)
 
 
-def write_results(path, size_name, text):
-    """Replaces this size's section of the results file (between its markers), or appends it."""
-    start, end = f"<!-- scale {size_name} -->", f"<!-- /scale {size_name} -->"
+def write_results(path, marker, text, by="`bench/run scale` (bench/scale.py)"):
+    """Replaces the section between `<!-- marker -->` and `<!-- /marker -->` of the results file
+    (a scale size's, `scale S`; the soak's), or appends it."""
+    start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
     body = open(path).read() if os.path.exists(path) else ""
-    section = f"{start}\n{text}\n\nMeasured {time.strftime('%Y-%m-%d')} by `bench/run scale` (bench/scale.py).\n{end}"
+    section = f"{start}\n{text}\n\nMeasured {time.strftime('%Y-%m-%d')} by {by}.\n{end}"
     if start in body and end in body:
         body = body[:body.index(start)] + section + body[body.index(end) + len(end):]
     else:

@@ -18,6 +18,7 @@ pub(crate) mod generated;
 mod image_architectures;
 mod layers;
 mod node;
+mod node_upgrade;
 mod operator;
 mod operator_admission;
 mod own_record;

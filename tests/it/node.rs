@@ -14,47 +14,20 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::certs::{
     MUTATING, VALIDATING, break_secrets_and_wait_for_repair, bundles, data, staged_to_a_new_ca,
 };
-use support::node::{NAMESPACE, NODE_NAME, Node, SteadyLoad, image};
+use support::node::{
+    NAMESPACE, NODE_NAME, Node, SteadyLoad, image, leader, pod_entries_narrowed, ready, replicas,
+};
 use support::operator::{colocation_and_qos_rules_apply, eventually};
 use support::tls_client::{Proto, connect};
 use support::{fixture, pod};
 
 const LOAD_PER_SECOND: u32 = 20;
-
-async fn leader(client: &kube::Client) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-    leases
-        .get_opt("koord-webhook")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
-}
-
-async fn replicas(client: &kube::Client) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    pods.list(&ListParams::default().labels("app.kubernetes.io/name=koord-webhook"))
-        .await
-        .unwrap()
-        .items
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 /// The replicas' memory as the kubelet reports it, by Pod name: (working set, RSS) in bytes.
 async fn replica_memory(node: &Node) -> BTreeMap<String, (u64, u64)> {
@@ -902,36 +875,6 @@ async fn outage_blocks_only_koordinator_pods(node: &Node, client: &kube::Client)
     colocation_and_qos_rules_apply(client, Duration::from_secs(30)).await;
     pod_entries_narrowed(client).await;
     widening_misses_no_pod(node, client).await;
-}
-
-/// Waits until the leader has written conditions on both pod entries.
-async fn pod_entries_narrowed(client: &kube::Client) {
-    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    eventually(
-        Duration::from_secs(300),
-        "the leader to narrow both pod entries (--narrow-hold after the last roll)",
-        || async {
-            let narrowed = |entries: Vec<(String, usize)>, name: &str| {
-                entries.iter().any(|(n, c)| n == name && *c > 0)
-            };
-            let count = |w: Option<Vec<(String, usize)>>| w.unwrap_or_default();
-            let mutating = m.get(MUTATING).await.ok()?.webhooks.map(|w| {
-                w.into_iter()
-                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
-                    .collect()
-            });
-            let validating = v.get(VALIDATING).await.ok()?.webhooks.map(|w| {
-                w.into_iter()
-                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
-                    .collect()
-            });
-            (narrowed(count(mutating), "mpod-create.koordinator.sh")
-                && narrowed(count(validating), "vpod.koordinator.sh"))
-            .then_some(())
-        },
-    )
-    .await;
 }
 
 /// The API server's count of its calls to `mpod-create` (its `apiserver_admission_webhook_request_total`).

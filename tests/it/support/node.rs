@@ -13,8 +13,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
+
+use super::certs::{MUTATING, VALIDATING};
+use super::operator::eventually;
 
 pub const NAMESPACE: &str = "koordinator-system";
 pub const NODE_NAME: &str = "koord-node";
@@ -77,17 +84,29 @@ impl Node {
 
     /// Stops kube-apiserver and starts it again; returns once its /readyz answers.
     pub async fn restart_apiserver(&self) {
+        self.cluster_script(&["restart-apiserver"], "restarting kube-apiserver")
+            .await;
+    }
+
+    /// Replaces the cluster's Kubernetes by `version`'s in place, API server first, then the node
+    /// (`scripts/cluster upgrade`); returns its log.
+    pub async fn upgrade_kubernetes(&self, version: &str) -> String {
+        self.cluster_script(&["upgrade", version], "upgrading Kubernetes")
+            .await
+    }
+
+    /// Runs `scripts/cluster ARG0 DIR ARGS...` on this cluster; its standard error.
+    async fn cluster_script(&self, args: &[&str], what: &str) -> String {
         let out = tokio::process::Command::new(repo("scripts/cluster"))
-            .arg("restart-apiserver")
+            .arg(args[0])
             .arg(self.dir.path())
+            .args(&args[1..])
             .output()
             .await
             .expect("scripts/cluster runs");
-        assert!(
-            out.status.success(),
-            "restarting kube-apiserver failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{what} failed: {log}");
+        log
     }
 
     /// A kube client from inside the namespace. Moves the calling thread there for good.
@@ -260,7 +279,31 @@ pub struct SteadyLoad {
 }
 
 impl SteadyLoad {
+    /// Plain pods (no profile selects them): admitted unchanged.
     pub fn start(client: kube::Client, namespace: &str, per_second: u32) -> Self {
+        Self::start_with(client, namespace, per_second, serde_json::json!({}), None)
+    }
+
+    /// Koordinator pods: `app=spark` pods in the `spark` namespace, which
+    /// `tests/fixtures/colocation/spark.yaml` turns into BE pods; one admitted without that
+    /// mutation counts as failed too.
+    pub fn start_colocated(client: kube::Client, per_second: u32) -> Self {
+        Self::start_with(
+            client,
+            "spark",
+            per_second,
+            serde_json::json!({"app": "spark"}),
+            Some(("koordinator.sh/qosClass", "BE")),
+        )
+    }
+
+    fn start_with(
+        client: kube::Client,
+        namespace: &str,
+        per_second: u32,
+        labels: serde_json::Value,
+        expect: Option<(&'static str, &'static str)>,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicUsize::new(0));
         let (flag, count) = (stop.clone(), sent.clone());
@@ -275,19 +318,24 @@ impl SteadyLoad {
                 i += 1;
                 count.fetch_add(1, Ordering::Relaxed);
                 let pods = pods.clone();
+                let labels = labels.clone();
                 requests.spawn(async move {
                     let pod: Pod = serde_json::from_value(serde_json::json!({
-                        "metadata": {"name": format!("steady-{i}")},
+                        "metadata": {"name": format!("steady-{i}"), "labels": labels},
                         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
                     .unwrap();
                     let params = PostParams {
                         dry_run: true,
                         ..Default::default()
                     };
-                    pods.create(&params, &pod)
-                        .await
-                        .err()
-                        .map(|e| e.to_string())
+                    let created = match pods.create(&params, &pod).await {
+                        Ok(created) => created,
+                        Err(e) => return Some(e.to_string()),
+                    };
+                    let (key, value) = expect?;
+                    let labels = created.metadata.labels.unwrap_or_default();
+                    (labels.get(key).map(String::as_str) != Some(value))
+                        .then(|| format!("steady-{i} admitted without {key}={value}"))
                 });
             }
             let mut failures = Vec::new();
@@ -307,4 +355,62 @@ impl SteadyLoad {
         let failures = self.task.await.unwrap();
         (self.sent.load(Ordering::Relaxed), failures)
     }
+}
+
+pub async fn leader(client: &kube::Client) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    leases
+        .get_opt("koord-webhook")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+pub async fn replicas(client: &kube::Client) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    pods.list(&ListParams::default().labels("app.kubernetes.io/name=koord-webhook"))
+        .await
+        .unwrap()
+        .items
+}
+
+pub fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until the leader has written conditions on both pod entries.
+pub async fn pod_entries_narrowed(client: &kube::Client) {
+    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(300),
+        "the leader to narrow both pod entries (--narrow-hold after the last roll)",
+        || async {
+            let narrowed = |entries: Vec<(String, usize)>, name: &str| {
+                entries.iter().any(|(n, c)| n == name && *c > 0)
+            };
+            let count = |w: Option<Vec<(String, usize)>>| w.unwrap_or_default();
+            let mutating = m.get(MUTATING).await.ok()?.webhooks.map(|w| {
+                w.into_iter()
+                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
+                    .collect()
+            });
+            let validating = v.get(VALIDATING).await.ok()?.webhooks.map(|w| {
+                w.into_iter()
+                    .map(|e| (e.name, e.match_conditions.unwrap_or_default().len()))
+                    .collect()
+            });
+            (narrowed(count(mutating), "mpod-create.koordinator.sh")
+                && narrowed(count(validating), "vpod.koordinator.sh"))
+            .then_some(())
+        },
+    )
+    .await;
 }

@@ -1,0 +1,848 @@
+"""The `soak` phase (`bench/run soak`, not in CI): two replicas through real kube-apiservers for an
+hour (--minutes) at a steady churn, with a fault every few minutes (--fault-every), watching for what
+grows.
+
+Set-up: the control plane of scripts/control-plane (kube-apiserver + etcd on loopback) and a second
+kube-apiserver on the same etcd (an HA control plane: each API server keeps its own connection to
+the webhook, so both replicas admit); the state of bench/scale.py's size S (--size), loaded before
+any webhook exists; then what `koord-webhook manifests` installs in URL mode (CRDs, ServiceAccount
+and its RBAC, both webhook configurations; no Deployment: the replicas are host processes). Each
+replica runs as the installed ServiceAccount (its kubeconfig impersonates it), reaches the API
+server through a TCP relay of its own (the `watch` fault cuts it), with leader election on and
+`EnableQuotaAdmission`. The webhook configurations call 127.0.0.1:PORT, where a relay hands each
+new connection to a ready replica, as a Service's endpoints do.
+
+Churn (CHURN): dry-run pod creates, pods created and deleted a minute later (half in a quota), node
+heartbeats, quota max changes, quotas created and deleted, colocation profile changes; every
+create, change and delete that the webhooks admit is counted, and each failure kept with its time
+and cause. Faults, in turn: an API-server restart, the leader replica SIGKILLed (a replacement
+starts under a new name, as a Deployment's would), a forced CA rotation (webhook-ca deleted, as an
+operator rotates away from a leaked key: docs/certificates.md, "A lost or broken CA"), the serving
+Secret webhook-tls deleted, and one replica's API-server connections cut (its watches dropped).
+A fault's window runs from its start to its recovery (both replicas ready, three rounds of probe
+creates through both API servers admitted, and the fault's own condition) plus --grace seconds.
+
+Every --sample-every seconds, per replica process: RSS, open fds, threads, metric series (the
+non-comment lines of its /metrics), watch restarts; and the quota ledger ConfigMap's size, the
+recent-admissions records' size (annotation koord-webhook/child-request-recent on every quota), the
+second API server's RSS (the first is restarted by faults), and the requests the first API server
+dispatched for each replica (each replica's identity carries a group of its own, which a FlowSchema
+of its own matches: apiserver_flowcontrol_dispatched_requests_total{flow_schema="koord-soak-replica-N"},
+summed across API-server restarts). Slopes are least squares per hour over the samples after --warmup minutes,
+per process (a replica restarted by a fault starts a series of its own). Log lines are counted per
+level from the replicas' logs (the text format of src/telemetry.rs).
+
+Writes target/bench/soak/samples.jsonl (raw samples) and soak.json, prints a Markdown section and
+puts it into --results between `<!-- soak -->` markers. --check exits 1 when a process's RSS grows
+1 MiB/h or more or its fds, threads or metric series rise (FLAT_RISE; only series of --check-span
+minutes are judged), a fault did not recover, a replica exited on its own, or an admission failed
+outside the fault windows.
+"""
+import argparse
+import collections
+import datetime
+import http.client
+import json
+import os
+import re
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import yaml
+
+from scale import (CP, MIB, Heartbeats, Replica, SecondApiServer, Spreader, admissions,
+                   free_port, rss, wait, write_results)
+from scale_load import SIZES, Api, load, log, pod
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(ROOT, "target", "bench", "soak")
+NS = "koordinator-system"
+SA = f"system:serviceaccount:{NS}:koord-webhook"
+EQ = "/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/{}/elasticquotas"
+PROFILE = "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles"
+# Per second. Each pod created is deleted POD_LIFE_S later, each quota created at the next create.
+# Heartbeats: each of S's 1,000 nodes every 100 s (status patches; the node entries are `Ignore`,
+# so they are not counted as admissions).
+CHURN = {"dry-run pod create": 5, "pod create": 2, "node heartbeat": 10, "quota change": 0.5,
+         "quota create": 0.1, "profile change": 1 / 60}
+FOLLOWS = {"pod delete": "pod create", "quota delete": "quota create"}
+POD_LIFE_S = 60
+FAULTS = ["apiserver", "leader", "rotation", "secret", "watch"]
+FAULT_NAMES = {"apiserver": "API-server restart", "leader": "leader replica killed",
+               "rotation": "forced CA rotation", "secret": "serving Secret deleted", "watch": "watches dropped"}
+# "Flat": the fitted rise across the window stays under these. A few connections open at a sample
+# and metric series of a label value seen for the first time (a fault's first watch restart of a
+# kind) stay under them; a leak of one fd or thread per fault, or of a series per request, does not.
+FLAT_RISE = {"fds": 4, "threads": 2, "series": 20}
+RSS_LIMIT_PER_H = MIB
+# A restarted replica's first minutes (its cache filling) are left out of its series; --check judges
+# only series at least --check-span minutes long (over a few minutes a slope is mostly noise).
+SETTLE_S = 120
+STOP = threading.Event()
+
+
+def now():
+    return time.time()
+
+
+class Admissions:
+    """Every request the webhooks admit or refuse, sent as a client sends it: once (a 429, the quota
+    ledger's "retry", is retried as a client would, for up to a minute). Failures keep their time
+    and cause."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.sent, self.busy = collections.Counter(), collections.Counter()
+        self.failures = []  # (time, kind, cause)
+
+    def send(self, kind, api, method, path, body=None, content_type="application/json"):
+        with self.lock:
+            self.sent[kind] += 1
+        started, busy, fresh = now(), 0, False
+        while True:
+            try:
+                status, payload = api.call(method, path, body, content_type, tries=1)
+            except Exception as e:  # noqa: BLE001 - the API server down is a cause like any other
+                # A keep-alive connection the server had closed: once more on a new one, as Go's client does.
+                if not fresh and isinstance(e, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                                                ssl.SSLEOFError)):
+                    fresh = True
+                    continue
+                cause = f"no answer from the API server ({type(e).__name__}: {e})"
+                break
+            if status in (200, 201):
+                return True
+            if status == 429 and now() - started < 60:
+                busy += 1
+                with self.lock:
+                    self.busy[kind] += 1
+                time.sleep(min(0.1 * busy, 1.0))
+                continue
+            cause = f"{status} {message(payload)}"
+            break
+        with self.lock:
+            self.failures.append((now(), kind, cause))
+        return False
+
+
+def message(payload):
+    try:
+        return json.loads(payload).get("message", "")[:400]
+    except ValueError:
+        return payload[:400].decode(errors="replace")
+
+
+class Loop(threading.Thread):
+    """Calls `step(i)` `rate` times a second until STOP; behind by more than a second (a request
+    waiting on an API server that is down), it does not catch up in a burst."""
+
+    def __init__(self, rate, step):
+        super().__init__(daemon=True)
+        self.rate, self.step = rate, step
+
+    def run(self):
+        i, due = 0, now()
+        while not STOP.is_set():
+            try:
+                self.step(i)
+            except Exception as e:  # noqa: BLE001
+                log(f"churn step failed: {e}")
+            i += 1
+            due = max(due + 1 / self.rate, now() - 1)
+            STOP.wait(max(0.0, due - now()))
+
+
+def churn(apis, quotas, size, adm):
+    """The churn threads (CHURN's rates), alternating between the API servers."""
+    live = collections.deque()
+    tree_of = lambda q: int(q.split("-")[1])
+
+    def churn_pod(i, dry):
+        p = pod((30_000_000 if dry else 40_000_000) + i, size, quotas)
+        p["metadata"]["name"] = f"soak-{'dry' if dry else 'pod'}-{i:07d}"
+        labels = p["metadata"]["labels"]
+        if i // 2 % 2:  # half in a quota, through either API server (which alternates with i)
+            labels["quota.scheduling.koordinator.sh/name"] = quotas[(i * 7) % len(quotas)]
+        else:
+            labels.pop("quota.scheduling.koordinator.sh/name", None)
+        return p
+
+    def dry_run(i):
+        p = churn_pod(i, True)
+        adm.send("dry-run pod create", apis[i % 2], "POST",
+                 f"/api/v1/namespaces/{p['metadata']['namespace']}/pods?dryRun=All", p)
+
+    def pods(i):
+        p = churn_pod(i, False)
+        path = f"/api/v1/namespaces/{p['metadata']['namespace']}/pods"
+        if adm.send("pod create", apis[i % 2], "POST", path, p):
+            live.append((now(), f"{path}/{p['metadata']['name']}"))
+        while live and live[0][0] < now() - POD_LIFE_S:
+            _, pod_path = live.popleft()
+            if not adm.send("pod delete", apis[i % 2], "DELETE", pod_path + "?gracePeriodSeconds=0"):
+                live.append((now(), pod_path))  # again a minute later
+                break
+
+    def quota_max(i):
+        q = quotas[(i * 13) % len(quotas)]
+        t, k = tree_of(q), int(q.split("-")[2])
+        cpu = 40 + 8 * (i // len(quotas) % 2)  # every quota's max moves up, then back down
+        ns = "ns-%04d" % ((t * size["children"] + k) % size["namespaces"])
+        adm.send("quota change", apis[i % 2], "PATCH", f"{EQ.format(ns)}/{q}",
+                 {"spec": {"max": {"cpu": str(cpu), "memory": f"{cpu * 2}Gi"}}}, "application/merge-patch+json")
+
+    made = []
+
+    def quota_create(i):
+        t = i % size["trees"]
+        ns = f"ns-{(i * 31) % size['namespaces']:04d}"
+        if adm.send("quota create", apis[i % 2], "POST", EQ.format(ns), {
+                "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
+                "metadata": {"name": f"soak-{i:06d}", "namespace": ns,
+                             "labels": {"quota.scheduling.koordinator.sh/parent": f"parent-{t:03d}",
+                                        "quota.scheduling.koordinator.sh/is-parent": "false"}},
+                "spec": {"min": {"cpu": "1", "memory": "1Gi"}, "max": {"cpu": "4", "memory": "8Gi"}}}):
+            made.append(f"{EQ.format(ns)}/soak-{i:06d}")
+        if len(made) > 1 and adm.send("quota delete", apis[i % 2], "DELETE", made[0]):
+            made.pop(0)
+
+    def profile(i):
+        adm.send("profile change", apis[i % 2], "PATCH", f"{PROFILE}/soak-colocation",
+                 {"spec": {"labels": {"koordinator.sh/mutated": "true", "soak/generation": str(i)}}},
+                 "application/merge-patch+json")
+
+    threads = [Loop(CHURN["dry-run pod create"], dry_run), Loop(CHURN["pod create"], pods),
+               Heartbeats(apis[1], size["nodes"], CHURN["node heartbeat"]), Loop(CHURN["quota change"], quota_max),
+               Loop(CHURN["quota create"], quota_create), Loop(CHURN["profile change"], profile)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+class Relay(threading.Thread):
+    """A TCP relay from 127.0.0.1 to the API server for one replica (TLS passes through), whose open
+    connections can be cut at once: the `watch` fault."""
+
+    def __init__(self, upstream_port):
+        super().__init__(daemon=True)
+        self.upstream = upstream_port
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.open, self.lock, self.accepted = set(), threading.Lock(), 0
+
+    def run(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            pair = (client, upstream)
+            with self.lock:
+                self.open.add(pair)
+                self.accepted += 1
+            for a, b in (pair, pair[::-1]):
+                threading.Thread(target=self.pump, args=(pair, a, b), daemon=True).start()
+
+    def pump(self, pair, src, dst):
+        Spreader.pump(src, dst)
+        with self.lock:
+            self.open.discard(pair)
+
+    def cut(self):
+        with self.lock:
+            pairs = list(self.open)
+        for pair in pairs:
+            for s in pair:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        return len(pairs)
+
+
+class ReadySpreader(Spreader):
+    """The webhook's address: each new connection to the next replica that is ready (a Service's
+    endpoints follow readiness; here within a second, `Cluster.watch_replicas`)."""
+
+    def pick(self):
+        for _ in self.replicas:
+            i = super().pick()
+            if getattr(self.replicas[i], "serving", False):
+                return i
+        return i
+
+
+class Cluster:
+    """The replicas, their relays and kubeconfigs, and what the faults do to them."""
+
+    def __init__(self, koord, cp_dir, apis, port):
+        self.koord, self.cp_dir, self.apis, self.port = koord, cp_dir, apis, port
+        self.api = apis[0]
+        api_port = int(open(os.path.join(cp_dir, "port")).read())
+        self.relays = [Relay(api_port) for _ in range(2)]
+        for r in self.relays:
+            r.start()
+        self.generation = [0, 0]
+        self.processes = []  # (slot, pid, identity, started)
+        self.events = []  # replicas that exited without a fault
+        self.lock = threading.Lock()
+        self.replicas = [self.start(i) for i in range(2)]
+        self.spreader = ReadySpreader(port, self.replicas)
+        self.spreader.start()
+        threading.Thread(target=self.watch_replicas, daemon=True).start()
+
+    def kubeconfig(self, slot):
+        """The admin's kubeconfig through the slot's relay, impersonating the installed
+        ServiceAccount (with the install's RBAC) plus a group that names the slot (its FlowSchema)."""
+        config = yaml.safe_load(open(os.path.join(self.cp_dir, "kubeconfig")))
+        config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{self.relays[slot].port}"
+        config["users"][0]["user"].update({"as": SA, "as-groups": [
+            "system:serviceaccounts", f"system:serviceaccounts:{NS}", f"koord-soak:replica-{slot}"]})
+        path = os.path.join(WORK, f"replica-{slot}.kubeconfig")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        return path
+
+    def start(self, slot):
+        identity = f"replica-{slot}-{self.generation[slot]}"
+        r = Replica(self.koord, self.kubeconfig(slot), slot, WORK, ["--identity", identity], self.port)
+        r.identity = identity
+        self.processes.append({"slot": slot, "pid": r.proc.pid, "identity": identity, "started": now()})
+        return r
+
+    def restart(self, slot, why):
+        """SIGKILL the slot's replica (if alive) and start a replacement under a new name; its log
+        is kept beside (replica-N.log is the newest)."""
+        with self.lock:
+            old = self.replicas[slot]
+            old.serving, old.replaced = False, True
+            old.proc.kill()
+            old.proc.wait()
+            old.log.close()
+            os.rename(old.log.name, os.path.join(WORK, f"{old.identity}.log"))
+            log(f"replica {old.identity} ({why}) replaced")
+            self.generation[slot] += 1
+            self.replicas[slot] = self.start(slot)
+
+    def watch_replicas(self):
+        """Every second: which replicas the webhook's address sends to, and a replica that exited
+        on its own is recorded and replaced, as the kubelet would."""
+        while not STOP.is_set():
+            for slot, r in enumerate(list(self.replicas)):
+                if r.proc.poll() is not None and not getattr(r, "replaced", False):
+                    self.events.append({"t": now(), "identity": r.identity, "exit": r.proc.returncode})
+                    self.restart(slot, f"exited on its own with {r.proc.returncode}")
+                    continue
+                r.serving = r.ready()
+            time.sleep(1)
+
+    def ready(self):
+        return all(r.proc.poll() is None and r.ready() for r in self.replicas)
+
+    def probes_pass(self, rounds=3):
+        """`rounds` rounds of a dry-run pod create (in a quota) through each API server, each
+        admitted."""
+        for k in range(rounds):
+            for api in self.apis:
+                p = pod(50_000_000 + k, SIZES["S"], ["child-000-00"])
+                p["metadata"]["labels"]["quota.scheduling.koordinator.sh/name"] = "child-000-00"
+                try:
+                    status, _ = api.call("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods?dryRun=All",
+                                         p, tries=1)
+                except Exception:  # noqa: BLE001
+                    return False
+                if status not in (200, 201):
+                    return False
+        return True
+
+    def get(self, path):
+        try:
+            status, body = self.api.call("GET", path, tries=1)
+        except Exception:  # noqa: BLE001
+            return None
+        return json.loads(body) if status == 200 else None
+
+    def holder(self):
+        lease = self.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/koord-webhook") or {}
+        return lease.get("spec", {}).get("holderIdentity")
+
+    def watch_restarts(self, slot):
+        return metric_sum(self.replicas[slot].metric_text(), "koord_webhook_watch_restarts_total")
+
+    def stop(self):
+        self.spreader.close()
+        for r in self.replicas:
+            r.stop()
+        for relay in self.relays:
+            relay.sock.close()
+
+
+def fault(cluster, kind, n):
+    """Makes fault `kind` happen; returns how it was made and the fault's own recovery condition."""
+    c = cluster
+    if kind == "apiserver":
+        # As a node's service manager restarts it: SIGTERM, SIGKILL 10 s later (the script's default).
+        t = now()
+        subprocess.run([CP, "restart-apiserver", c.cp_dir], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return f"`scripts/control-plane restart-apiserver` (back in {now() - t:.0f} s)", lambda: True
+    if kind == "leader":
+        holder = c.holder()
+        slot = next((i for i, r in enumerate(c.replicas) if r.identity == holder), 0)
+        c.restart(slot, "leader, SIGKILL")
+        new = c.replicas[slot].identity
+        return (f"SIGKILL {holder}, {new} started",
+                lambda: c.holder() in {r.identity for r in c.replicas})
+    if kind == "rotation":
+        before = (c.get(f"/api/v1/namespaces/{NS}/secrets/webhook-ca") or {}).get("metadata", {}).get("uid")
+        c.api.call("DELETE", f"/api/v1/namespaces/{NS}/secrets/webhook-ca")
+
+        def rotated():
+            ca = (c.get(f"/api/v1/namespaces/{NS}/secrets/webhook-ca") or {}).get("metadata", {})
+            return ca.get("uid") not in (None, before) and \
+                ca.get("annotations", {}).get("koord-webhook/ca-rotation-phase") == "Stable"
+        return "Secret webhook-ca deleted; recovered once the new CA's rotation is `Stable`", rotated
+    if kind == "secret":
+        before = (c.get(f"/api/v1/namespaces/{NS}/secrets/webhook-tls") or {}).get("metadata", {}).get("uid")
+        c.api.call("DELETE", f"/api/v1/namespaces/{NS}/secrets/webhook-tls")
+        return "Secret webhook-tls deleted", lambda: (c.get(f"/api/v1/namespaces/{NS}/secrets/webhook-tls") or {}).get(
+            "metadata", {}).get("uid") not in (None, before)
+    if kind == "watch":
+        slot = n % 2
+        before = c.watch_restarts(slot)
+        cut = c.relays[slot].cut()
+        return (f"{cut} API-server connections of {c.replicas[slot].identity} cut",
+                lambda: c.watch_restarts(slot) > before)
+    raise ValueError(kind)
+
+
+class Faults(threading.Thread):
+    """One fault every `every` seconds from `t0` (never sooner than 30 s after the last one's
+    recovery), in turn, each timed until it has recovered."""
+
+    def __init__(self, cluster, kinds, t0, every, end, timeout=600):
+        super().__init__(daemon=True)
+        self.cluster, self.kinds, self.t0, self.every, self.end, self.timeout = cluster, kinds, t0, every, end, timeout
+        self.done = []
+
+    def run(self):
+        due, n = self.t0 + self.every, 0
+        while not STOP.is_set() and due < self.end - 60:
+            if STOP.wait(max(0.0, due - now())):
+                return
+            kind = self.kinds[n % len(self.kinds)]
+            start = now()
+            log(f"fault {n + 1}: {FAULT_NAMES[kind]}")
+            record = {"n": n + 1, "kind": kind, "start": start, "recovered": None}
+            self.done.append(record)
+            try:
+                record["how"], condition = fault(self.cluster, kind, n // len(self.kinds))
+                while now() - start < self.timeout and not STOP.is_set():
+                    if condition() and self.cluster.ready() and self.cluster.probes_pass():
+                        record["recovered"] = now()
+                        break
+                    time.sleep(0.5)
+            except Exception as e:  # noqa: BLE001
+                record["how"] = record.get("how", "") + f" (failed: {e})"
+            took = f"{record['recovered'] - start:.1f} s" if record["recovered"] else "not recovered"
+            log(f"fault {n + 1}: {record['how']}; recovered after {took}")
+            n += 1
+            due = max(self.t0 + (n + 1) * self.every, (record["recovered"] or now()) + 30)
+
+
+def metric_sum(text, name, label=""):
+    """The sum of metric `name`'s samples (those whose labels contain `label`)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ") and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Sampler(threading.Thread):
+    """Every `every` seconds, one JSON line per replica process and one for the cluster."""
+
+    def __init__(self, cluster, every, path, second_pid):
+        super().__init__(daemon=True)
+        self.cluster, self.every, self.out, self.second_pid = cluster, every, open(path, "w"), second_pid
+        self.samples, self.last_raw, self.requests = [], [None, None], [0.0, 0.0]
+
+    def run(self):
+        while True:
+            self.sample()
+            if STOP.wait(self.every):
+                self.sample()
+                return
+
+    def requests_by_slot(self):
+        """The API server's dispatched requests per replica FlowSchema, summed across its restarts
+        (a counter that went down started again from zero)."""
+        try:
+            status, body = self.cluster.api.call("GET", "/metrics", tries=1)
+        except Exception:  # noqa: BLE001
+            return None
+        if status != 200:
+            return None
+        text = body.decode(errors="replace")
+        for slot in range(2):
+            raw = metric_sum(text, "apiserver_flowcontrol_dispatched_requests_total",
+                             f'flow_schema="koord-soak-replica-{slot}"')
+            last = self.last_raw[slot]
+            self.requests[slot] += raw if last is None or raw < last else raw - last
+            self.last_raw[slot] = raw
+        return list(self.requests)
+
+    def sample(self):
+        c, t = self.cluster, now()
+        rows = []
+        for slot, r in enumerate(list(c.replicas)):
+            pid = r.proc.pid
+            try:
+                status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+                fds = len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                continue  # killed by a fault meanwhile
+            text = r.metric_text()
+            rows.append({"t": t, "slot": slot, "pid": pid, "identity": r.identity,
+                         "rss": int(status["VmRSS"].split()[0]) * 1024, "fds": fds,
+                         "threads": int(status["Threads"]), "ready": r.ready(),
+                         "series": sum(1 for x in text.splitlines() if x and not x.startswith("#")) if text else None,
+                         "admitted": admissions(text) if text else None,
+                         "watch_restarts": metric_sum(text, "koord_webhook_watch_restarts_total") if text else None})
+        ledger = c.get(f"/api/v1/namespaces/{NS}/configmaps/koord-webhook-quota-ledger")
+        quotas = c.get("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas")
+        records = [((q["metadata"].get("annotations") or {}).get("koord-webhook/child-request-recent") or "")
+                   for q in (quotas or {}).get("items", [])]
+        try:
+            api_rss = rss(self.second_pid)
+        except OSError:
+            api_rss = None
+        rows.append({"t": t, "cluster": True,
+                     "ledger_bytes": sum(len(v) for v in (ledger.get("data") or {}).values()) if ledger else None,
+                     "record_bytes": sum(len(r) for r in records) if quotas else None,
+                     "record_entries": sum(len(json.loads(r)) for r in records if r) if quotas else None,
+                     "apiserver_rss": api_rss, "requests": self.requests_by_slot()})
+        for row in rows:
+            self.out.write(json.dumps(row) + "\n")
+        self.out.flush()
+        self.samples += rows
+
+
+def install(koord, kubeconfig, api, port):
+    """What `koord-webhook manifests` installs in URL mode, without the Deployment (no
+    controller-manager runs; the replicas are host processes) and its PodDisruptionBudget and
+    ResourceQuota. The configurations must exist before the replicas start: RBAC cannot grant a
+    create limited to resource names, so the installed ServiceAccount may only patch them. Plus a
+    FlowSchema per replica, whose dispatch counter is that replica's requests."""
+    text = subprocess.run([koord, "manifests", "--webhook-host", "127.0.0.1", "--port", str(port),
+                           "--feature-gates", "EnableQuotaAdmission=true"], check=True, capture_output=True).stdout
+    docs = [d for d in yaml.safe_load_all(text) if d and d["kind"] not in
+            ("Deployment", "PodDisruptionBudget", "ResourceQuota")]
+    subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-"],
+                   input=yaml.safe_dump_all(docs).encode(), check=True, stdout=subprocess.DEVNULL)
+    for slot in range(2):
+        api.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+            "metadata": {"name": f"koord-soak-replica-{slot}"},
+            # The priority level the installed ServiceAccount's requests get anyway (service-accounts).
+            "spec": {"priorityLevelConfiguration": {"name": "workload-low"}, "matchingPrecedence": 500,
+                     "distinguisherMethod": {"type": "ByUser"},
+                     "rules": [{"subjects": [{"kind": "Group", "group": {"name": f"koord-soak:replica-{slot}"}}],
+                                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                                   "clusterScope": True, "namespaces": ["*"]}],
+                                "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}})
+
+
+def profile_setup(api):
+    """A colocation profile (changed by the churn) that turns the churn's web pods in dev
+    namespaces into BE batch pods."""
+    api.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "koord-batch"},
+        "value": 5500})
+    api.create(PROFILE, {
+        "apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+        "metadata": {"name": "soak-colocation"},
+        "spec": {"namespaceSelector": {"matchLabels": {"env": "dev"}}, "selector": {"matchLabels": {"tier": "web"}},
+                 "qosClass": "BE", "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler",
+                 "labels": {"koordinator.sh/mutated": "true"}}})
+
+
+def slope(points):
+    """Least-squares slope per hour of (time s, value) points; None under 3 points."""
+    if len(points) < 3:
+        return None
+    xs = [t / 3600 for t, _ in points]
+    ys = [v for _, v in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else None
+
+
+LINE = re.compile(r"^(\S+)\s+(ERROR|WARN|INFO|DEBUG|TRACE)\s+(.*)$")
+
+
+def log_levels(windows, t0, end):
+    """Per slot: lines per level over every process's log until `end` (the replicas' own shutdown
+    is not counted), and the ERROR and WARN messages (digits and quoted values folded) with how many
+    fell outside the fault windows after `t0`."""
+    out = {}
+    for name in sorted(os.listdir(WORK)):
+        m = re.match(r"replica-(\d)(?:-\d+)?\.log$", name)
+        if not m:
+            continue
+        slot = out.setdefault(int(m.group(1)), {"levels": collections.Counter(), "messages": collections.Counter(),
+                                                "outside": collections.Counter()})
+        for line in open(os.path.join(WORK, name), errors="replace"):
+            m2 = LINE.match(line.rstrip("\n"))
+            if not m2:
+                slot["levels"]["other"] += 1
+                continue
+            stamp, level, rest = m2.groups()
+            t = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+            if t > end:
+                continue
+            slot["levels"][level] += 1
+            if level in ("ERROR", "WARN"):
+                key = f"{level} " + re.sub(r"\d{2,}", "N", re.sub(r'"[^"]*"', '"…"', rest))[:160]
+                slot["messages"][key] += 1
+                if t >= t0 and not any(a <= t <= b for a, b in windows):
+                    slot["outside"][key] += 1
+    return out
+
+
+def fitted(points):
+    """(first, last, slope per hour, span in hours, mean) of (seconds, value) points, or None."""
+    k = slope(points)
+    if k is None:
+        return None
+    return (points[0][1], points[-1][1], k, (points[-1][0] - points[0][0]) / 3600,
+            sum(v for _, v in points) / len(points))
+
+
+def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows):
+    """The Markdown section, and what --check fails on."""
+    inside = lambda t: any(a <= t <= b for a, b in windows)
+    minutes = lambda t: f"{(t - t0) / 60:.1f}"
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    built = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(koord)))
+    shown = os.path.relpath(koord, ROOT) if koord.startswith(ROOT + os.sep) else koord
+    size = SIZES[args.size]
+    failures = []
+    lines = [f"## Soak ({time.strftime('%Y-%m-%d')}): {(end - t0) / 60:.0f} minutes, two replicas, a fault every "
+             f"{args.fault_every:g} minutes", "",
+             f"Commit {git('rev-parse', '--short', 'HEAD')}{dirty}, binary `{shown}` (built "
+             f"{built}). State {args.size} ({size['nodes']:,} nodes, {size['pods']:,} pods, "
+             f"{size['trees'] * (size['children'] + 1):,} quotas, {size['reservations']:,} Reservations, "
+             f"{size['namespaces']:,} namespaces) through two kube-apiservers on one etcd, the churn alternating "
+             f"between them; two replicas (leader election, `EnableQuotaAdmission`) as the installed "
+             f"ServiceAccount, each reaching the first API server through a relay of its own. Samples every "
+             f"{args.sample_every:g} s; slopes per hour by least squares over the samples after the first "
+             f"{args.warmup:g} minutes, per process (a replica replaced by a fault starts a series of its own, "
+             f"from {SETTLE_S // 60} minutes after its start); `--check` judges series of {args.check_span:g} "
+             f"minutes or more. API-server requests: `apiserver_flowcontrol_dispatched_requests_total` of a "
+             f"FlowSchema matching the replica's own group, summed across API-server restarts.", "",
+             "| churn | rate asked | sent | failed | of them outside fault windows | 429 answered (retried) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for kind in sorted(adm.sent):
+        failed = [f for f in adm.failures if f[1] == kind]
+        rate = (f"{CHURN[kind]:g}/s" if CHURN.get(kind, 0) >= 1 else f"{CHURN[kind] * 60:g}/min" if kind in CHURN
+                else f"as {FOLLOWS[kind]}s")
+        lines.append(f"| {kind} | {rate} | {adm.sent[kind]:,} | {len(failed)} | "
+                     f"{sum(not inside(f[0]) for f in failed)} | {adm.busy[kind]} |")
+    lines.append(f"| node heartbeat (`Ignore`: not counted) | {CHURN['node heartbeat']:g}/s | | | | |")
+
+    lines += ["", "| replica process | window (min) | RSS (first → last, slope) | fds | threads | metric series | "
+                  "API-server requests/min |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [s for s in samples if "slot" in s]
+    cl = [s for s in samples if "cluster" in s]
+    for p in cluster.processes:
+        since = max(t0 + args.warmup * 60, p["started"] + SETTLE_S if p["started"] > t0 else 0)
+        mine = [s for s in rows if s["pid"] == p["pid"] and s["t"] >= since]
+        if len(mine) < 3:
+            continue
+        judged = (mine[-1]["t"] - mine[0]["t"]) / 60 >= args.check_span
+        cells = []
+        for key, unit, scale in (("rss", " MiB", MIB), ("fds", "", 1), ("threads", "", 1), ("series", "", 1)):
+            f = fitted([(s["t"] - t0, s[key] / scale) for s in mine if s[key] is not None])
+            if f is None:
+                cells.append("-")
+                continue
+            first, last, k, span_h, mean = f
+            digits = 1 if key == "rss" else 0
+            cells.append(f"{first:.{digits}f} → {last:.{digits}f}{unit}, {k:+.2f}{unit}/h")
+            if judged and key == "rss" and k * MIB >= RSS_LIMIT_PER_H:
+                failures.append(f"{p['identity']}: RSS grows {k:.2f} MiB/h")
+            elif judged and key != "rss" and k * span_h >= FLAT_RISE[key]:
+                failures.append(f"{p['identity']}: {key} not flat ({k:+.2f}/h over {span_h * 60:.0f} min, "
+                                f"mean {mean:.0f})")
+        # Requests a minute between consecutive cluster samples within the process's window.
+        counts = [(s["t"], s["requests"][p["slot"]]) for s in cl
+                  if s["requests"] and mine[0]["t"] <= s["t"] <= mine[-1]["t"]]
+        f = fitted([((a[0] + b[0]) / 2 - t0, (b[1] - a[1]) / (b[0] - a[0]) * 60) for a, b in zip(counts, counts[1:])])
+        cells.append(f"{f[4]:.0f}, {f[2]:+.1f}/h" if f else "-")
+        lines.append(f"| {p['identity']} (pid {p['pid']}){'' if judged else ', too short to judge'} | "
+                     f"{minutes(mine[0]['t'])}–{minutes(mine[-1]['t'])} | " + " | ".join(cells) + " |")
+
+    lines += ["", "| cluster | first → last | slope |", "| --- | ---: | ---: |"]
+    for key, what, scale, unit in (("ledger_bytes", "quota ledger ConfigMap (data)", 1, " B"),
+                                   ("record_bytes", "recent-admissions records, every quota", 1, " B"),
+                                   ("record_entries", "recent-admissions records, every quota (entries)", 1, ""),
+                                   ("apiserver_rss", "the second kube-apiserver's RSS (never restarted)", MIB, " MiB")):
+        f = fitted([(s["t"] - t0, s[key] / scale) for s in cl
+                    if s["t"] >= t0 + args.warmup * 60 and s[key] is not None])
+        lines.append(f"| {what} | {f[0]:,.0f} → {f[1]:,.0f}{unit} | {f[2]:+,.1f}{unit}/h |" if f
+                     else f"| {what} | - | - |")
+
+    lines += ["", "| # | at (min) | fault | how | recovered after | failed admissions in its window |",
+              "| ---: | ---: | --- | --- | ---: | ---: |"]
+    for f, (a, b) in zip(faults, windows):
+        took = f"{f['recovered'] - f['start']:.1f} s" if f["recovered"] else "**not recovered**"
+        if not f["recovered"]:
+            failures.append(f"fault {f['n']} ({FAULT_NAMES[f['kind']]}) not recovered")
+        lines.append(f"| {f['n']} | {minutes(f['start'])} | {FAULT_NAMES[f['kind']]} | {f.get('how', '')} | {took} | "
+                     f"{sum(a <= x[0] <= b for x in adm.failures)} |")
+    for e in cluster.events:
+        lines += ["", f"Replica {e['identity']} exited on its own (code {e['exit']}) at minute {minutes(e['t'])} and "
+                      f"was replaced."]
+        failures.append(f"{e['identity']} exited on its own ({e['exit']})")
+
+    outside = [f for f in adm.failures if not inside(f[0])]
+    lines += ["", f"Failed admissions: {len(adm.failures)} of {sum(adm.sent.values()):,} requests, {len(outside)} "
+                  f"outside the fault windows (a fault's window: its start to its recovery + {args.grace:g} s; "
+                  f"recovered: the fault's own condition, both replicas ready, three rounds of dry-run creates "
+                  f"admitted through both API servers)."]
+    by_cause = collections.Counter()
+    for t, kind, cause in adm.failures:
+        n = next((f["n"] for f, (a, b) in zip(faults, windows) if a <= t <= b), None)
+        by_cause[(f"fault {n}" if n else "**outside**", kind, re.sub(r"\d{5,}", "N", cause)[:300])] += 1
+    if by_cause:
+        lines += ["", "| when | request | cause | count |", "| --- | --- | --- | ---: |"]
+        for (when, kind, cause), count in sorted(by_cause.items()):
+            lines.append(f"| {when} | {kind} | {cause.replace('|', '/')} | {count} |")
+    failures += [f"minute {minutes(t)}: {kind} failed outside a fault window: {cause[:200]}"
+                 for t, kind, cause in outside]
+
+    lines += ["", "| replica | ERROR | WARN | INFO | DEBUG | other lines | ERROR/WARN outside fault windows |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    messages, outside_msgs = collections.Counter(), collections.Counter()
+    for slot, l in sorted(levels.items()):
+        counts = " | ".join(str(l["levels"][k]) for k in ("ERROR", "WARN", "INFO", "DEBUG", "other"))
+        lines.append(f"| replica-{slot} (every process) | {counts} | {sum(l['outside'].values())} |")
+        messages.update(l["messages"])
+        outside_msgs.update(l["outside"])
+    if messages:
+        lines += ["", "| ERROR / WARN line (digits folded; both replicas) | lines | outside fault windows |",
+                  "| --- | ---: | ---: |"]
+        for msg, count in messages.most_common(15):
+            lines.append(f"| `{msg.replace('|', '/').replace('`', '')}` | {count} | {outside_msgs[msg]} |")
+    return "\n".join(lines), failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=60)
+    ap.add_argument("--fault-every", type=float, default=5, metavar="MIN")
+    ap.add_argument("--faults", default=",".join(FAULTS), help="the faults, in turn (default: all)")
+    ap.add_argument("--warmup", type=float, default=10, metavar="MIN", help="slopes leave out the first MIN minutes")
+    ap.add_argument("--sample-every", type=float, default=30, metavar="S")
+    ap.add_argument("--grace", type=float, default=10, metavar="S",
+                    help="a fault's window extends this past its recovery")
+    ap.add_argument("--size", default="S", choices=SIZES)
+    ap.add_argument("--koord", default=os.environ.get("KOORD") or os.path.join(
+        ROOT, "target", "x86_64-unknown-linux-musl", "release", "koord-webhook"), metavar="PATH")
+    ap.add_argument("--results", metavar="FILE", help="put the section into FILE, replacing its soak section")
+    ap.add_argument("--check", action="store_true", help="exit 1 on growth, a non-flat series or a failure outside "
+                                                         "the fault windows")
+    ap.add_argument("--check-span", type=float, default=20, metavar="MIN",
+                    help="--check judges the series of processes sampled this long after the warm-up")
+    ap.add_argument("--keep", action="store_true", help="leave the control plane running")
+    args = ap.parse_args()
+    kinds = args.faults.split(",")
+    assert all(k in FAULTS for k in kinds), f"faults are {FAULTS}"
+    koord, size = os.path.abspath(args.koord), SIZES[args.size]
+    cp_dir = os.path.join(WORK, "cp")
+    os.makedirs(WORK, exist_ok=True)
+    for name in os.listdir(WORK):
+        if name.endswith(".log") and name.startswith("replica-"):
+            os.remove(os.path.join(WORK, name))
+    subprocess.run([CP, "down", cp_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([CP, "up", cp_dir], check=True, stdout=subprocess.DEVNULL)
+    kubeconfig = os.path.join(cp_dir, "kubeconfig")
+    server = [l.split()[-1] for l in open(kubeconfig) if "server:" in l][0]
+    api = Api(cp_dir, server)
+    second = cluster = None
+    threads = []
+    try:
+        crds = subprocess.run([koord, "crds"], check=True, capture_output=True).stdout
+        subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "-f", "-"], input=crds,
+                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "wait", "--for=condition=Established",
+                        "--timeout=60s", "crd", "--all"], check=True, stdout=subprocess.DEVNULL)
+        quotas = load(api, size)
+        profile_setup(api)
+        log("a second kube-apiserver on the same etcd")
+        second = SecondApiServer(cp_dir, WORK)
+        apis = [api, second.api]
+        port = free_port()
+        install(koord, kubeconfig, api, port)
+        log(f"starting two replicas ({koord})")
+        cluster = Cluster(koord, cp_dir, apis, port)
+        wait(cluster.ready, 600, "both replicas ready")
+        wait(cluster.probes_pass, 120, "admissions through both API servers")
+        adm = Admissions()
+        t0 = now()
+        end = t0 + args.minutes * 60
+        sampler = Sampler(cluster, args.sample_every, os.path.join(WORK, "samples.jsonl"), second.proc.pid)
+        faults = Faults(cluster, kinds, t0, args.fault_every * 60, end)
+        threads = [sampler, faults] + churn(apis, quotas, size, adm)
+        for t in (sampler, faults):
+            t.start()
+        log(f"soaking for {args.minutes:g} minutes, a fault every {args.fault_every:g}")
+        while now() < end:
+            time.sleep(min(60.0, max(0.0, end - now())))
+            log(f"minute {(now() - t0) / 60:.0f}: {sum(adm.sent.values()):,} sent, {len(adm.failures)} failed")
+        faults.join(faults.timeout)  # the last fault's recovery, under the churn
+        STOP.set()
+        for t in threads:
+            if isinstance(t, Heartbeats):
+                t.stop.set()
+            t.join(120)
+        end = now()
+    finally:
+        STOP.set()
+        if cluster:
+            cluster.stop()
+        if second:
+            second.stop()
+        if not args.keep:
+            subprocess.run([CP, "down", cp_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    windows = [(f["start"], (f["recovered"] or f["start"] + faults.timeout) + args.grace) for f in faults.done]
+    levels = log_levels(windows, t0, end)
+    text, failures = report(args, koord, t0, end, adm, cluster, faults.done, sampler.samples, levels, windows)
+    with open(os.path.join(WORK, "soak.json"), "w") as f:
+        json.dump({"t0": t0, "end": end, "faults": faults.done, "events": cluster.events,
+                   "processes": cluster.processes, "sent": adm.sent, "busy": adm.busy,
+                   "failures": adm.failures, "levels": {k: {n: dict(c) for n, c in v.items()}
+                                                        for k, v in levels.items()}}, f, indent=1)
+    print(text)
+    if args.results:
+        write_results(args.results, "soak", text, by="`bench/run soak` (bench/soak.py)")
+    if args.check:
+        for f in failures:
+            print(f"soak check failed: {f}")
+        raise SystemExit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
