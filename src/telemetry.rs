@@ -24,8 +24,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// The filter when `RUST_LOG` is not set: `info`, without kube-client's per-call failure lines.
+/// kube-client logs every failed HTTP call at ERROR (its trace layer, `client::builder`), whatever the
+/// caller makes of it: through one API-server restart a replica wrote ~55 ERROR lines (`client error
+/// (Connect)`) for calls it retried or answered from its cache (the soak, bench/RESULTS.md). Each
+/// failure that matters is logged where it is handled, at the level it deserves (a watch's WARN, a
+/// leader step's error, a denial's message); `RUST_LOG=info,kube_client=debug` shows them again.
+pub const DEFAULT_FILTER: &str = "info,kube_client::client::builder=off";
+
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let _ = match format {
         LogFormat::Text => tracing::subscriber::set_global_default(text_subscriber(
             filter,
@@ -315,6 +324,25 @@ mod tests {
         assert_eq!(
             Clipped("a\u{9b}31m\u{85}\u{2028}\u{202e}\u{7f}", 256).to_string(),
             r"a\u{9b}31m\u{85}\u{2028}\u{202e}\u{7f}"
+        );
+    }
+
+    /// kube-client's line for a failed call is left out by default; an ERROR of ours is not.
+    #[test]
+    fn the_default_filter_leaves_out_kube_clients_per_call_failures() {
+        let buffer = LogBuffer::default();
+        let filter = EnvFilter::new(super::DEFAULT_FILTER);
+        let subscriber = text_subscriber(filter, buffer.clone(), false);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
+            tracing::warn!(target: "koord_webhook::cache::watch", "watch failed; resuming");
+            tracing::error!("handler panicked");
+        });
+        let text = buffer.text();
+        assert!(!text.contains("client error (Connect)"), "{text}");
+        assert!(
+            text.contains("watch failed; resuming") && text.contains("handler panicked"),
+            "{text}"
         );
     }
 

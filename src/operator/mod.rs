@@ -277,17 +277,29 @@ async fn keep_pod_entries_wide_for_gates(
     }
 }
 
-/// Every replica serves the pair in `webhook-tls`, swapped in memory when the Secret changes.
+/// How long a deleted `webhook-tls` waits before it wakes the leader.
+const DELETION_SETTLE: Duration = Duration::from_secs(1);
+
+/// Every replica serves the pair in `webhook-tls`, swapped in memory when the Secret changes. Any
+/// change wakes the leader, a deletion too (it writes the Secret again at once, not at its next
+/// timer: a replica starting meanwhile would have nothing to serve).
 async fn watch_serving_pair(client: Client, state: Arc<State>, kick: Arc<Notify>) {
     let api: Api<Secret> = Api::namespaced(client, namespace());
     let config = watcher::Config::default().fields(&format!("metadata.name={SECRET_TLS}"));
-    let mut events = watcher::watcher(api, config)
-        .default_backoff()
-        .applied_objects()
-        .boxed();
+    let mut events = watcher::watcher(api, config).default_backoff().boxed();
     while let Some(event) = events.next().await {
         match event {
-            Ok(secret) => {
+            // Init starts a relist; its InitDone (the Secret absent or not) is when to look.
+            Ok(watcher::Event::Init) => {}
+            Ok(watcher::Event::InitDone) => kick.notify_waiters(),
+            // A second apart, so that both Secrets deleted together (`kubectl delete secret
+            // webhook-tls webhook-ca`) are seen together: a fresh start, not a staged rotation
+            // away from a CA that is gone too.
+            Ok(watcher::Event::Delete(_)) => {
+                tokio::time::sleep(DELETION_SETTLE).await;
+                kick.notify_waiters();
+            }
+            Ok(watcher::Event::Apply(secret) | watcher::Event::InitApply(secret)) => {
                 if let Some(tls) = secrets::read_tls(&secret) {
                     let loaded = state.resolver.current().map(|p| p.cert_pem.clone());
                     if loaded.as_deref() != Some(tls.serving.cert_pem.as_bytes()) {

@@ -30,17 +30,7 @@ async fn crds_serve_objects_and_the_install_manifests_pass_a_dry_run() {
     let cp = ControlPlane::start();
     install_crds(&cp);
     let client = cp.client().await;
-    // The version matrix (scripts/test --kubernetes 1.30, docs/compatibility.md) runs on the version
-    // it names, or its figures say nothing.
-    let version = client.apiserver_version().await.unwrap();
-    let asked = std::env::var("KOORD_KUBERNETES").unwrap_or_else(|_| "1.34".to_owned());
-    assert_eq!(
-        format!("{}.{}", version.major, version.minor),
-        asked,
-        "the API server is {}, not the version the tests were asked for",
-        version.git_version
-    );
-    eprintln!("kube-apiserver {}", version.git_version);
+    support::the_version_asked_for(&client).await;
     cp.kubectl_ok(&["create", "namespace", "team-a"], None);
 
     let quotas: Api<ElasticQuota> = Api::namespaced(client.clone(), "team-a");

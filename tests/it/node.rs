@@ -29,8 +29,8 @@ use support::{fixture, pod};
 
 const LOAD_PER_SECOND: u32 = 20;
 
-/// The replicas' memory as the kubelet reports it, by Pod name: (working set, RSS) in bytes.
-async fn replica_memory(node: &Node) -> BTreeMap<String, (u64, u64)> {
+/// The replicas' memory as the kubelet reports it, by Pod name: (working set, RSS if reported) in bytes.
+async fn replica_memory(node: &Node) -> BTreeMap<String, (u64, Option<u64>)> {
     let path = format!("/api/v1/nodes/{NODE_NAME}/proxy/stats/summary");
     let summary: Value =
         serde_json::from_str(&node.kubectl_ok(&["get", "--raw", &path], None).await).unwrap();
@@ -46,7 +46,8 @@ async fn replica_memory(node: &Node) -> BTreeMap<String, (u64, u64)> {
                 .find(|c| c["name"] == "koord-webhook")?["memory"];
             let sizes = (
                 memory["workingSetBytes"].as_u64()?,
-                memory["rssBytes"].as_u64()?,
+                // 1.30's kubelet (CRI stats from containerd) reports no RSS per container.
+                memory["rssBytes"].as_u64(),
             );
             Some((p["podRef"]["name"].as_str()?.to_owned(), sizes))
         })
@@ -509,6 +510,7 @@ async fn frozen_leader_writes_nothing_after_resuming(node: &Node, client: &kube:
 async fn installed_from_the_manifests_on_a_real_node() {
     let node = Node::start();
     let client = node.client().await;
+    support::the_version_asked_for(&client).await;
 
     // --- Install: the README's command, the file unchanged.
     let out = node.install().await;
@@ -677,7 +679,19 @@ async fn installed_from_the_manifests_on_a_real_node() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let memory = replica_memory(&node).await;
+    // A new container's stats come with the kubelet's next housekeeping (1.30's cAdvisor-backed
+    // summary has none for the first ~10 s; later versions' CRI stats sooner).
+    let memory = eventually(
+        Duration::from_secs(60),
+        "the kubelet to report both new replicas' memory",
+        || async {
+            let memory = replica_memory(&node).await;
+            pods.iter()
+                .all(|p| memory.contains_key(p.metadata.name.as_deref().unwrap_or_default()))
+                .then_some(memory)
+        },
+    )
+    .await;
     let sent = no_failed_admissions(load, "rolling upgrade").await;
     eprintln!(
         "replicas' memory (kubelet: working set, RSS bytes) after {sent} creates: {memory:?}"
@@ -688,8 +702,8 @@ async fn installed_from_the_manifests_on_a_real_node() {
             .get(name)
             .unwrap_or_else(|| panic!("the kubelet reported no memory for {name}: {memory:?}"));
         assert!(
-            *working_set > 1 << 20 && *rss > 1 << 20,
-            "{name}: {working_set} / {rss} bytes"
+            *working_set > 1 << 20 && rss.is_none_or(|rss| rss > 1 << 20),
+            "{name}: {working_set} / {rss:?} bytes"
         );
     }
     assert!(

@@ -74,8 +74,9 @@ async fn kubernetes_upgraded_under_a_running_install() {
             .partition(|e| e.contains("webhook") || e.contains("admitted without"));
         eprintln!(
             "{what} pods during the upgrade: {sent} dry-run creates sent, {} failed for want of an \
-             API server, {} failed in admission",
+             API server (e.g. {:?}), {} failed in admission",
             unavailable.len(),
+            unavailable.first(),
             admission.len()
         );
         assert!(sent > 0, "the {what} load sent nothing");

@@ -51,6 +51,21 @@ pub fn pod(
     .unwrap()
 }
 
+/// Asserts that the API server is the Kubernetes version the tests were asked for
+/// (`KOORD_KUBERNETES`, the version matrix of docs/compatibility.md; 1.34 when unset): a matrix row
+/// that ran on the wrong binaries says nothing.
+pub async fn the_version_asked_for(client: &kube::Client) {
+    let version = client.apiserver_version().await.unwrap();
+    let asked = std::env::var("KOORD_KUBERNETES").unwrap_or_else(|_| "1.34".to_owned());
+    assert_eq!(
+        format!("{}.{}", version.major, version.minor),
+        asked,
+        "the API server is {}, not the version the tests were asked for",
+        version.git_version
+    );
+    eprintln!("kube-apiserver {}", version.git_version);
+}
+
 /// Runs `script up DIR` (scripts/control-plane or scripts/cluster) with this process as the owner
 /// its watchdog follows and `env` set, and returns the KUBECONFIG path it printed last.
 pub fn start_cluster_script(
