@@ -621,6 +621,48 @@ fn the_chart_version_is_the_crate_version() {
     );
 }
 
+/// The chart's `kubeVersion` floor is the oldest version of docs/compatibility.md's matrix, and every
+/// version there has its module (`tests/control-plane/kubernetes-<minor>`, or the default module's).
+#[test]
+fn the_chart_accepts_the_versions_the_matrix_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let chart = std::fs::read_to_string(root.join("charts/koord-webhook/Chart.yaml")).unwrap();
+    let floor = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("kubeVersion: \">="))
+        .and_then(|v| {
+            v.split('.')
+                .take(2)
+                .map(str::to_owned)
+                .reduce(|a, b| format!("{a}.{b}"))
+        })
+        .expect("a kubeVersion floor in Chart.yaml");
+    let table = std::fs::read_to_string(root.join("docs/compatibility.md")).unwrap();
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("| area (tests) |"))
+        .expect("the matrix's header in docs/compatibility.md");
+    let minors: Vec<String> = header
+        .split('|')
+        .skip(2)
+        .map(|c| c.trim().split('.').take(2).collect::<Vec<_>>().join("."))
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        minors.first(),
+        Some(&floor),
+        "{header} against kubeVersion >={floor}"
+    );
+    let default = std::fs::read_to_string(root.join("tests/control-plane/go.mod")).unwrap();
+    for minor in &minors {
+        let module = root.join(format!("tests/control-plane/kubernetes-{minor}/go.mod"));
+        assert!(
+            module.exists() || default.contains(&format!("k8s.io/kubernetes v{minor}.")),
+            "docs/compatibility.md tests {minor}, but no module builds it"
+        );
+    }
+}
+
 /// `manifests` with entry settings: the configurations carry them, and so do the Deployment's
 /// `serve` flags (so a configuration the operator re-creates has them too); a bad one is exit 1
 /// with one line naming the entries there are.
