@@ -1,3 +1,7 @@
+//! The `koord-webhook` binary: parses the command line (`cli.rs`), sets up logging (except for
+//! `status` and `audit`, whose output is the report), and runs the command (`cmd/`) on a runtime;
+//! errors leave as one line on stderr and a non-zero exit.
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -64,3 +64,41 @@ fn every_fuzz_targets_seeds_and_findings_pass_through_it() {
     }
     eprintln!("fuzz seeds: {replayed} inputs replayed");
 }
+
+/// `fuzz/Cargo.toml` declares one `[[bin]]` per file of `fuzz_targets/`, named as the file: a target
+/// without its entry is never built by `cargo fuzz`, an entry without its file breaks the crate.
+#[test]
+fn every_fuzz_target_has_its_bin_entry_and_no_more() {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let manifest: toml_edit::DocumentMut = std::fs::read_to_string(fuzz.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut declared: Vec<(String, String)> = manifest["bin"]
+        .as_array_of_tables()
+        .expect("[[bin]] entries in fuzz/Cargo.toml")
+        .iter()
+        .map(|bin| {
+            let field = |key: &str| {
+                bin.get(key)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            (field("name"), field("path"))
+        })
+        .collect();
+    declared.sort();
+    let files: Vec<(String, String)> = files(&fuzz.join("fuzz_targets"))
+        .iter()
+        .map(|f| {
+            let name = f.file_stem().unwrap().to_str().unwrap().to_owned();
+            let path = format!("fuzz_targets/{name}.rs");
+            (name, path)
+        })
+        .collect();
+    assert_eq!(
+        declared, files,
+        "fuzz/Cargo.toml's [[bin]] list against fuzz_targets/"
+    );
+}

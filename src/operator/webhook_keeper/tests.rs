@@ -1,3 +1,6 @@
+//! The webhook keeper's plan against configurations as they are found: deleted, drifted, blanked
+//! or already right, in service and URL mode.
+
 use super::*;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ServiceReference;
