@@ -48,9 +48,7 @@ fn parse(args: &[String]) -> anyhow::Result<(String, Settings)> {
         })?;
     match cli.command {
         Command::Serve(serve) => {
-            let audited =
-                (serve.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
-            let settings = serve.rules.settings().auditing_endpoints(&audited);
+            let settings = super::serve::replica_settings(&serve)?;
             Ok((serve.feature_gates, settings))
         }
         _ => Err(anyhow!("the Deployment's container runs no `serve`")),
@@ -88,6 +86,16 @@ mod tests {
                 .of("/validate-node", "NodeSLOConfigConflict")
                 .enforces()
         );
+        // A shadow install reads Koordinator's ConfigMaps where Koordinator keeps them, as its
+        // replicas do, whatever namespace it runs in.
+        let shadow_args = [
+            "serve",
+            "--mode=shadow",
+            "--own-user=system:serviceaccount:x:y",
+        ];
+        let (_, shadow) = parse(&shadow_args.map(String::from)).unwrap();
+        assert_eq!(shadow.config_namespace, crate::names::DEFAULT_NAMESPACE);
+        assert_eq!(shadow.own_user.get(), None);
         let bad = parse(&["serve".to_owned(), "--rule-action=Nope=Warn".to_owned()]);
         assert!(bad.unwrap_err().to_string().contains("Nope"));
     }

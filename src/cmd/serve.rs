@@ -156,6 +156,21 @@ fn rule_settings(args: &ServeArgs) -> Settings {
     args.rules.settings_in(args.operator.entries.mode)
 }
 
+/// The settings a replica started with `args` runs its rules with: its mode's config namespace, the
+/// actions of the entries it audits, and (a shadow) no own user. `serve` and the deployed view
+/// (`audit --same-as-deployed`, `status`) both read a replica's settings through this; before, the
+/// deployed view took Enforce mode's namespace for a shadow install's ConfigMaps.
+pub fn replica_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
+    let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
+    let mut settings = rule_settings(args).auditing_endpoints(&audited);
+    // A shadow keeps no record of its own on quotas, so it has none to guard (and must not
+    // refuse another writer's, an enforcing koord-webhook's): its own user stays unknown.
+    if args.operator.entries.mode == Mode::Shadow {
+        settings.own_user = OwnUser::default();
+    }
+    Ok(settings)
+}
+
 /// Per rule and namespace, one WouldDeny Event at once and at most one more per window.
 const WOULD_DENY_EVENT_WINDOW: Duration = Duration::from_secs(60);
 
@@ -196,14 +211,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let client_ca = client_ca(&args)?;
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
-    let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
-    let mut settings = rule_settings(&args).auditing_endpoints(&audited);
+    let settings = replica_settings(&args)?;
     match &operator {
-        // A shadow keeps no record of its own on quotas, so it has none to guard (and must not
-        // refuse another writer's, an enforcing koord-webhook's): its own user stays unknown.
-        _ if args.operator.entries.mode == Mode::Shadow => {
-            settings.own_user = OwnUser::default();
-        }
+        _ if args.operator.entries.mode == Mode::Shadow => {}
         // `--own-user` named it: nothing to ask.
         Some(_) if settings.own_user.get().is_some() => {}
         Some((client, _)) => {
