@@ -24,8 +24,8 @@ use support::node::{
     NAMESPACE, NODE_NAME, Node, SteadyLoad, image, leader, pod_entries_narrowed, ready, replicas,
 };
 use support::operator::{colocation_and_qos_rules_apply, eventually};
+use support::pod;
 use support::tls_client::{Proto, connect};
-use support::{fixture, pod};
 
 const LOAD_PER_SECOND: u32 = 20;
 
@@ -512,14 +512,8 @@ async fn installed_from_the_manifests_on_a_real_node() {
     let client = node.client().await;
     support::the_version_asked_for(&client).await;
 
-    // --- Install: the README's command, the file unchanged.
-    let out = node.install().await;
-    assert!(
-        out.status.success(),
-        "kubectl apply --server-side -f manifests/install.yaml failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    node.wait_rolled_out(Duration::from_secs(180)).await;
+    // --- Install: the README's command, the file unchanged; then a colocation profile.
+    node.install_with_the_spark_profile().await;
     let pods = eventually(Duration::from_secs(60), "two Ready replicas", || async {
         let pods = replicas(&client).await;
         (pods.iter().filter(|p| ready(p)).count() == 2).then_some(pods)
@@ -565,12 +559,6 @@ async fn installed_from_the_manifests_on_a_real_node() {
     );
 
     // --- Admission through the API server, the Service and a Pod of the image.
-    let profile = fixture("colocation/spark.yaml");
-    node.kubectl_ok(
-        &["apply", "--server-side", "-f", profile.to_str().unwrap()],
-        None,
-    )
-    .await;
     // Both replicas must have the profile in their cache: ask until one answers with it.
     colocation_and_qos_rules_apply(&client, Duration::from_secs(20)).await;
     // `status` reads the replicas' metrics through the API server's pod proxy: the BE pod at

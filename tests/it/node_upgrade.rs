@@ -10,7 +10,6 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use support::fixture;
 use support::node::{NAMESPACE, Node, SteadyLoad, leader, pod_entries_narrowed, ready, replicas};
 use support::operator::{colocation_and_qos_rules_apply, eventually};
 
@@ -21,19 +20,7 @@ async fn kubernetes_upgraded_under_a_running_install() {
     let target = std::env::var("KOORD_KUBERNETES_UPGRADE").unwrap_or_else(|_| "1.35".to_owned());
     let node = Node::start();
     let client = node.client().await;
-    let out = node.install().await;
-    assert!(
-        out.status.success(),
-        "kubectl apply --server-side -f manifests/install.yaml failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    node.wait_rolled_out(Duration::from_secs(180)).await;
-    let profile = fixture("colocation/spark.yaml");
-    node.kubectl_ok(
-        &["apply", "--server-side", "-f", profile.to_str().unwrap()],
-        None,
-    )
-    .await;
+    node.install_with_the_spark_profile().await;
     colocation_and_qos_rules_apply(&client, Duration::from_secs(60)).await;
     pod_entries_narrowed(&client).await;
     let from = node_versions(&node).await;

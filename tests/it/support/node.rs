@@ -201,6 +201,25 @@ impl Node {
         .await
     }
 
+    /// The README's install (`kubectl apply --server-side -f manifests/install.yaml`, the file
+    /// unchanged) passes and rolls out; then the spark colocation profile
+    /// (`tests/fixtures/colocation/spark.yaml`) is applied.
+    pub async fn install_with_the_spark_profile(&self) {
+        let out = self.install().await;
+        assert!(
+            out.status.success(),
+            "kubectl apply --server-side -f manifests/install.yaml failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_rolled_out(Duration::from_secs(180)).await;
+        let profile = super::fixture("colocation/spark.yaml");
+        self.kubectl_ok(
+            &["apply", "--server-side", "-f", profile.to_str().unwrap()],
+            None,
+        )
+        .await;
+    }
+
     /// Waits until the Deployment has rolled out `replicas` Ready Pods of the current template.
     pub async fn wait_rolled_out(&self, within: Duration) {
         self.kubectl_ok(
