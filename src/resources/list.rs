@@ -81,18 +81,12 @@ impl Resources {
 
     /// Adds `other` key by key.
     pub fn add(&mut self, other: &Resources) {
-        for (name, q) in other.iter() {
-            let sum = self.value(name).map_or(*q, |mine| mine.plus(*q));
-            self.insert(name, sum);
-        }
+        self.merge(other, Qty::plus, |q| q);
     }
 
     /// Subtracts `other` key by key.
     pub fn sub(&mut self, other: &Resources) {
-        for (name, q) in other.iter() {
-            let diff = self.get(name).minus(*q);
-            self.insert(name, diff);
-        }
+        self.merge(other, Qty::minus, |q| Qty::default().minus(q));
     }
 
     /// Drops zero values: a running sum then equals one computed from scratch, whatever the order
@@ -104,10 +98,48 @@ impl Resources {
 
     /// Keeps the larger value per key.
     pub fn max_with(&mut self, other: &Resources) {
-        for (name, q) in other.iter() {
-            let larger = self.value(name).map_or(*q, |mine| mine.max(*q));
-            self.insert(name, larger);
+        self.merge(other, Qty::max, |q| q);
+    }
+
+    /// Combines `other` into `self` in one pass over both sorted lists: `both` where a name is in
+    /// both, `only_other` where it is only in `other`. Linear: a key inserted one at a time cost a
+    /// shift of the vector each, and a pod of two containers with 20,000 resource names each took
+    /// a worker for 10 s (the attack review).
+    fn merge(
+        &mut self,
+        other: &Resources,
+        both: impl Fn(Qty, Qty) -> Qty,
+        only_other: impl Fn(Qty) -> Qty,
+    ) {
+        if other.0.is_empty() {
+            return;
         }
+        let mine = std::mem::take(&mut self.0);
+        let mut out = Vec::with_capacity(mine.len() + other.0.len());
+        let mut mine = mine.into_iter().peekable();
+        let mut theirs = other.0.iter().peekable();
+        loop {
+            let order = match (mine.peek(), theirs.peek()) {
+                (Some((a, _)), Some((b, _))) => a.as_str().cmp(b.as_str()),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => break,
+            };
+            match order {
+                std::cmp::Ordering::Less => out.extend(mine.next()),
+                std::cmp::Ordering::Greater => {
+                    if let Some((name, q)) = theirs.next() {
+                        out.push((name.clone(), only_other(*q)));
+                    }
+                }
+                std::cmp::Ordering::Equal => {
+                    if let (Some((name, a)), Some((_, b))) = (mine.next(), theirs.next()) {
+                        out.push((name, both(a, *b)));
+                    }
+                }
+            }
+        }
+        self.0 = out;
     }
 
     /// Every key of `self` is at most `other`'s value, a missing key in `other` counting as 0.

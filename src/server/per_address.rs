@@ -114,6 +114,15 @@ impl<T> Held<T> {
         }
     }
 
+    /// Bytes written end the [`UNANSWERED_TIMEOUT`] of the request being read. Only bytes: actix
+    /// flushes on every poll, and a flush that writes nothing disarmed the timer as soon as it was
+    /// set (the attack review held half-sent heads on kept-alive connections for minutes).
+    fn answered_if_written(&mut self, polled: &Poll<std::io::Result<usize>>) {
+        if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
+            self.answer_by = None;
+        }
+    }
+
     /// A write's outcome, turned into an error once it has waited [`WRITE_STALL_TIMEOUT`].
     fn unless_stalled<R>(
         &mut self,
@@ -122,9 +131,6 @@ impl<T> Held<T> {
     ) -> Poll<std::io::Result<R>> {
         if polled.is_ready() {
             self.stalled = None;
-            if matches!(polled, Poll::Ready(Ok(_))) {
-                self.answer_by = None;
-            }
             return polled;
         }
         let timer = self
@@ -171,6 +177,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.answered_if_written(&polled);
         this.unless_stalled(cx, polled)
     }
 
@@ -181,6 +188,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.answered_if_written(&polled);
         this.unless_stalled(cx, polled)
     }
 
@@ -335,7 +343,12 @@ mod tests {
         let mut buf = [0u8; 64];
         assert!(held.read(&mut buf).await.unwrap() > 0);
         let started = tokio::time::Instant::now();
-        let e = held.read(&mut buf).await.unwrap_err();
+        // actix flushes on every poll: a flush that writes nothing answers nothing.
+        held.flush().await.unwrap();
+        let e = tokio::time::timeout(UNANSWERED_TIMEOUT * 2, held.read(&mut buf))
+            .await
+            .expect("the half-sent head times out")
+            .unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= UNANSWERED_TIMEOUT - std::time::Duration::from_secs(1));
 
