@@ -278,9 +278,15 @@ mod tests {
         let list = decode("raw", &many).unwrap().unwrap();
         assert_eq!(list.len(), 2);
         assert_eq!(list["cpu"], Ok("4".parse().unwrap()));
-        let bad = format!("{{\"cpu\":\"x\",{}\"memory\":\"1Gi\"}}", "\"\":0,".repeat(1_000));
+        let bad = format!(
+            "{{\"cpu\":\"x\",{}\"memory\":\"1Gi\"}}",
+            "\"\":0,".repeat(1_000)
+        );
         let e = decode("node raw allocatable", &bad).unwrap_err();
-        assert!(e.starts_with("failed to unmarshal node raw allocatable: "), "{e}");
+        assert!(
+            e.starts_with("failed to unmarshal node raw allocatable: "),
+            "{e}"
+        );
         assert_eq!(decode("raw", "null").unwrap(), None);
     }
 
