@@ -114,6 +114,16 @@ impl Resources {
         if other.0.is_empty() {
             return;
         }
+        // The common case on the request path (a pod's containers naming the same few
+        // resources): every name already here, combined in place without a new vector.
+        if other.0.iter().all(|(name, _)| self.position(name).is_ok()) {
+            for (name, q) in &other.0 {
+                if let Ok(i) = self.position(name) {
+                    self.0[i].1 = both(self.0[i].1, *q);
+                }
+            }
+            return;
+        }
         let mine = std::mem::take(&mut self.0);
         let mut out = Vec::with_capacity(mine.len() + other.0.len());
         let mut mine = mine.into_iter().peekable();
