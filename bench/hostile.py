@@ -37,6 +37,7 @@ import bench
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT = 384 << 20
 PORT = 19571
+ONLY = []
 
 
 def start(koord):
@@ -291,6 +292,52 @@ def attack_handshakes(server):
     return f"handshake median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
 
 
+def attack_half_heads(server, pipelined=False, addresses=8, head=127 << 10):
+    """Each address opens as many connections as it is let (its cap, 256 by default), has one
+    request answered on each, then sends most of a second request head and stops: kept-alive
+    (after the answer) or pipelined (in the same write as the first request)."""
+    first = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    half = b"GET /healthz HTTP/1.1\r\nX-Pad: " + b"a" * head
+    held, refused = [], [0]
+    lock = threading.Lock()
+
+    def opener(source):
+        mine = []
+        for _ in range(256):
+            try:
+                s = connect(source)
+                if pipelined:
+                    s.sendall(first + half)
+                    status_of(s)
+                else:
+                    s.sendall(first)
+                    status_of(s)
+                    s.sendall(half)
+                mine.append(s)
+            except OSError:
+                with lock:
+                    refused[0] += 1
+        with lock:
+            held.extend(mine)
+    threads = [threading.Thread(target=opener, args=(f"127.0.1.{i}",)) for i in range(1, addresses + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(2)
+    # Whether another caller is still served meanwhile.
+    try:
+        s = connect("127.0.0.9")
+        s.sendall(first)
+        other = status_of(s)
+        s.close()
+    except OSError as e:
+        other = type(e).__name__
+    for s in held:
+        s.close()
+    return f"{len(held)} connections held a {head >> 10} KiB half head, {refused[0]} refused; another caller: {other}"
+
+
 CASES = [
     ("reservation-volumes 1 MiB", lambda s: attack_reservation(s, 1)),
     ("reservation-volumes 1 MiB, 2 at once", lambda s: attack_reservation(s, 2)),
@@ -302,6 +349,8 @@ CASES = [
     ("unread-denials 90 x 4 MiB", attack_unread_denials),
     ("trickle, 4 addresses", attack_trickle),
     ("handshakes, 8 addresses", attack_handshakes),
+    ("half-heads kept-alive, 8 addresses x 256", attack_half_heads),
+    ("half-heads pipelined, 8 addresses x 256", lambda s: attack_half_heads(s, pipelined=True)),
 ]
 
 
@@ -310,6 +359,8 @@ def run(label, koord):
     print("| attack | idle MiB | peak MiB | peak / limit | outcome | replica alive |")
     print("| --- | ---: | ---: | ---: | --- | --- |")
     for name, attack in CASES:
+        if ONLY and not any(o in name for o in ONLY):
+            continue
         server = start(koord)
         idle = server.rss()
         outcome = attack(server)
@@ -324,7 +375,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--koord", required=True)
     parser.add_argument("--before")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only the attacks whose name contains this (repeatable)")
     args = parser.parse_args()
+    ONLY.extend(args.only)
     bench.self_signed(bench.OUT, "bench")
     if args.before:
         run("before", args.before)

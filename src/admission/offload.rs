@@ -36,6 +36,9 @@ where
         .expect("the heavy-check semaphore is never closed");
     let task = tokio::task::spawn_blocking(move || {
         let _slot = slot;
+        // Counts what the check takes, to charge it to the request below; the check's own reads
+        // hold their limits (the ConfigMap's JSON is read under its text's allowance,
+        // `slo_config/go_json.rs`), and its data is at most the API server's 1 MiB.
         let meter = Meter::start(usize::MAX);
         let result = work();
         (result, meter.peak())

@@ -67,11 +67,24 @@ impl QuotaInfo {
     }
 }
 
-/// The `namespaces` annotation; invalid JSON binds nothing.
+/// The `namespaces` annotation, each name once, in the annotation's order (a conflict names the
+/// first); invalid JSON binds nothing. Read under a meter of the text's own allowance, and each
+/// name kept once: a forged review repeating one name a million times binds one namespace, not a
+/// million copies kept for as long as the quota is.
 pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
-    annotation(quota, QUOTA_NAMESPACES)
-        .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
-        .unwrap_or_default()
+    let Some(mut names) = annotation(quota, QUOTA_NAMESPACES)
+        .and_then(|v| crate::memory::metered::read_within::<Vec<String>>(v.as_bytes()).ok())
+    else {
+        return Vec::new();
+    };
+    let keep: Vec<bool> = {
+        let mut seen = std::collections::HashSet::new();
+        names.iter().map(|n| seen.insert(n.as_str())).collect()
+    };
+    let mut keep = keep.into_iter();
+    names.retain(|_| keep.next().unwrap_or(false));
+    names.shrink_to_fit();
+    names
 }
 
 #[derive(Clone, Debug, Eq)]
@@ -409,5 +422,22 @@ pub(crate) mod tests {
         let topology = QuotaTopology::from_quotas([&q, &p]);
         assert_eq!(topology.quota_for_namespace("team-a"), Some("m"));
         assert_eq!(topology.quota_for_namespace("team-b"), None);
+    }
+
+    #[test]
+    fn each_bound_namespace_is_kept_once_in_the_annotations_order() {
+        let mut q = quota("q", None);
+        let with = |q: &mut ElasticQuota, text: String| {
+            q.metadata.annotations = Some([(QUOTA_NAMESPACES.to_owned(), text)].into());
+        };
+        with(&mut q, r#"["b","a","b","c","a"]"#.to_owned());
+        assert_eq!(bound_namespaces(&q), ["b", "a", "c"]);
+        with(&mut q, "not json".to_owned());
+        assert!(bound_namespaces(&q).is_empty());
+        // A million copies of one name keep one.
+        with(&mut q, format!("[{}\"x\"]", "\"x\",".repeat(1_000_000)));
+        let names = bound_namespaces(&q);
+        assert_eq!(names, ["x"]);
+        assert_eq!(names.capacity(), 1);
     }
 }

@@ -25,10 +25,12 @@ impl Resources {
         Ok(Self(out))
     }
 
-    /// Parses a JSON resource list (the annotation format); `null` is an empty list, as in Go.
+    /// Parses a JSON resource list (the annotation format); `null` is an empty list, as in Go. Read
+    /// under a meter of the text's own allowance: an annotation is part of a review, and its tree
+    /// is not in the review's decode budget.
     pub fn parse_json(text: &str) -> Result<Self, String> {
         let raw: Option<BTreeMap<String, Quantity>> =
-            serde_json::from_str(text).map_err(|e| e.to_string())?;
+            crate::memory::metered::read_within(text.as_bytes()).map_err(|e| e.to_string())?;
         Self::parse(raw.as_ref()).map_err(|e| e.to_string())
     }
 

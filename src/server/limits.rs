@@ -40,6 +40,15 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 2048;
 /// Open connections from one client address: an API server over HTTP/1.1 opens one per call in
 /// flight, far fewer than this; one pod cannot hold more than an eighth of the total.
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+/// The most one open connection can make the server hold outside every byte budget: a request head
+/// actix-http buffers whole before parsing it (up to 128 KiB, then 431), its read buffer's spare
+/// room, and the TLS session's buffers. Measured: 2,048 connections each left with a 127 KiB half
+/// head took 110-150 KiB apiece (`bench/hostile.py`, half-heads; `tests/it/server_limits.rs`).
+pub const CONNECTION_WORST_BYTES: u64 = 160 * 1024;
+/// The share of the container's memory limit that open connections may hold at their worst, in
+/// quarters: with `--memory-limit` the connection cap is what this share holds at
+/// [`CONNECTION_WORST_BYTES`] each (the chart's 384 MiB: 614), and one address a quarter of that.
+pub const CONNECTION_SHARE_QUARTERS: u64 = 1;
 
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -243,6 +252,15 @@ impl Drop for BodyHold {
     }
 }
 
+/// The connection cap for a container memory limit of `bytes`: as many connections as
+/// [`CONNECTION_SHARE_QUARTERS`] of it holds at [`CONNECTION_WORST_BYTES`] each (at least 16).
+pub fn connections_for(memory_limit: u64) -> usize {
+    let share = memory_limit / 4 * CONNECTION_SHARE_QUARTERS;
+    usize::try_from(share / CONNECTION_WORST_BYTES)
+        .unwrap_or(usize::MAX)
+        .max(16)
+}
+
 /// The decode budget for a container memory limit of `bytes` (none known: the default).
 pub fn decode_budget_for(memory_limit: Option<u64>) -> usize {
     match memory_limit {
@@ -325,10 +343,12 @@ pub struct LimitFlags {
     /// Requests in flight on one connection (HTTP/2 streams); more get HTTP 503.
     #[arg(long, env = "KOORD_WEBHOOK_MAX_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
     pub max_streams_per_connection: usize,
-    /// Open connections over all workers; more wait in the listen backlog.
+    /// Open connections over all workers; more wait in the listen backlog. With --memory-limit, no
+    /// more than a quarter of it holds at 160 KiB each (the most one connection can hold).
     #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
-    /// Open connections from one client address; a connection over it is answered 503 and closed.
+    /// Open connections from one client address (never more than a quarter of --max-connections);
+    /// a connection over it is closed at accept.
     #[arg(long, env = "KOORD_WEBHOOK_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)]
     pub max_connections_per_address: usize,
     /// Memory the reviews in flight may take once decoded, estimated from each body's shape before
@@ -346,6 +366,15 @@ pub struct LimitFlags {
 }
 
 impl LimitFlags {
+    /// `--max-connections`, and with a memory limit no more than its connection share holds.
+    fn max_connections(&self) -> usize {
+        self.memory_limit
+            .map_or(self.max_connections, |l| {
+                self.max_connections.min(connections_for(l))
+            })
+            .max(1)
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             max_body_bytes: self.max_request_bytes,
@@ -359,8 +388,12 @@ impl LimitFlags {
             read_timeout: self.request_read_timeout,
             body_idle_timeout: self.request_body_idle_timeout,
             max_streams_per_connection: self.max_streams_per_connection,
-            max_connections: self.max_connections,
-            max_connections_per_address: self.max_connections_per_address.max(1),
+            max_connections: self.max_connections(),
+            // One address never holds more than a quarter of the connections.
+            max_connections_per_address: self
+                .max_connections_per_address
+                .min(self.max_connections().div_ceil(4))
+                .max(1),
             decode_budget: self
                 .decode_memory_budget
                 .unwrap_or_else(|| decode_budget_for(self.memory_limit)),
@@ -372,6 +405,49 @@ impl LimitFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connections_at_their_worst_hold_a_quarter_of_the_memory_limit() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Flags {
+            #[command(flatten)]
+            limits: LimitFlags,
+        }
+        let limits = |args: &[&str]| {
+            Flags::parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .limits
+                .limits()
+        };
+        for mib in [64u64, 384, 1024, 4096] {
+            let bytes = mib << 20;
+            let l = limits(&["--memory-limit", &bytes.to_string()]);
+            let worst = l.max_connections as u64 * CONNECTION_WORST_BYTES;
+            assert!(
+                worst <= bytes / 4,
+                "{mib} MiB: {} connections",
+                l.max_connections
+            );
+            assert!(l.max_connections_per_address <= l.max_connections.div_ceil(4));
+            assert!(l.max_connections_per_address >= 1);
+        }
+        let chart = limits(&["--memory-limit", &(384u64 << 20).to_string()]);
+        assert_eq!(
+            (chart.max_connections, chart.max_connections_per_address),
+            (614, 154)
+        );
+        // Without a limit, the flags as given; a lower flag is kept under a limit.
+        let plain = limits(&[]);
+        assert_eq!(
+            (plain.max_connections, plain.max_connections_per_address),
+            (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_ADDRESS)
+        );
+        let low = limits(&["--memory-limit", "1073741824", "--max-connections", "100"]);
+        assert_eq!(
+            (low.max_connections, low.max_connections_per_address),
+            (100, 25)
+        );
+    }
 
     #[test]
     fn the_budget_is_returned_when_a_request_ends() {

@@ -13,6 +13,14 @@ use crate::cache::quota_topology::{QuotaInfo, QuotaTopology};
 /// forged review, or a request another admission step rejected) is dropped after this.
 pub const PENDING_TTL: Duration = Duration::from_secs(30);
 
+/// Changes kept pending at most: the oldest is dropped first (as if expired) when a new one would
+/// pass this. The overlay is for admissions racing on this replica within a second or two; forged
+/// reviews (answered, never stored) must not grow it without end.
+pub const MAX_PENDING: usize = 1024;
+/// Namespaces the pending changes bind, at most, over all of them (each costs an entry in the
+/// view's namespace index too): a change binding more than this alone is not kept.
+pub const MAX_PENDING_NAMESPACES: usize = 65_536;
+
 /// An admitted change: a quota as it now is, or its removal (`None`).
 pub type Change = Option<QuotaInfo>;
 
@@ -89,32 +97,71 @@ impl Overlay {
         }
     }
 
-    /// Records an admitted change to `name`, as the cache shows it now in `topology`.
+    /// Namespaces the pending changes bind.
+    fn pending_namespaces(&self) -> usize {
+        self.pending
+            .values()
+            .filter_map(|p| p.change.as_ref())
+            .map(|info| info.namespaces.len())
+            .sum()
+    }
+
+    /// Drops pending changes, oldest first, until one more binding `namespaces` fits within
+    /// [`MAX_PENDING`] and [`MAX_PENDING_NAMESPACES`]; each dropped one is undone in the view.
+    fn make_room(&mut self, topology: &QuotaTopology, namespaces: usize) {
+        while !self.pending.is_empty()
+            && (self.pending.len() >= MAX_PENDING
+                || self.pending_namespaces() + namespaces > MAX_PENDING_NAMESPACES)
+        {
+            let Some(oldest) = self
+                .pending
+                .iter()
+                .min_by_key(|(_, p)| p.since)
+                .map(|(name, _)| name.clone())
+            else {
+                break;
+            };
+            self.pending.remove(&oldest);
+            if let Some((_, view)) = &mut self.view {
+                apply(view, &oldest, topology.get(&oldest).cloned());
+            }
+        }
+        if self.pending.is_empty() {
+            self.view = None;
+        }
+    }
+
+    /// Records an admitted change to `name`, as the cache shows it now in `topology`. A change
+    /// binding more namespaces than the overlay may hold is not kept (nor an earlier one of `name`).
     pub fn record(&mut self, topology: &QuotaTopology, name: String, change: Change) {
+        let namespaces = change.as_ref().map_or(0, |info| info.namespaces.len());
+        // A second change before the cache showed the first: the cache still holds what it held
+        // at the first. The first's place is freed before making room.
+        let earlier = self.pending.remove(&name);
+        if namespaces > MAX_PENDING_NAMESPACES {
+            if let (Some(_), Some((_, view))) = (&earlier, &mut self.view) {
+                apply(view, &name, topology.get(&name).cloned());
+            }
+            self.make_room(topology, 0);
+            return;
+        }
+        self.make_room(topology, namespaces);
+        let seen_before = match earlier {
+            Some(p) => p.seen_before,
+            None => topology.get(&name).cloned(),
+        };
         let (_, view) = self
             .view
             .get_or_insert_with(|| (topology.generation(), topology.clone()));
         apply(view, &name, change.clone());
-        let since = Instant::now();
-        match self.pending.get_mut(&name) {
-            // A second change before the cache showed the first: the cache still holds what it
-            // held at the first.
-            Some(p) => {
-                p.change = change;
-                p.since = since;
-            }
-            None => {
-                let seen_before = topology.get(&name).cloned();
-                self.pending.insert(
-                    name,
-                    Pending {
-                        since,
-                        seen_before,
-                        change,
-                    },
-                );
-            }
-        }
+        self.pending.insert(
+            name,
+            Pending {
+                since: Instant::now(),
+                seen_before,
+                change,
+            },
+        );
     }
 }
 
@@ -133,6 +180,63 @@ mod tests {
             t.upsert(info.clone());
         }
         t
+    }
+
+    fn binding(name: &str, namespaces: usize) -> QuotaInfo {
+        let mut info = quota(name, None);
+        info.namespaces = (0..namespaces).map(|i| format!("{name}-{i}")).collect();
+        info
+    }
+
+    /// Forged changes the cache never shows cannot grow the overlay past its caps: the oldest go
+    /// first, and the view stays the cache with exactly the kept changes laid over it.
+    #[test]
+    fn the_overlay_keeps_at_most_its_caps_dropping_the_oldest() {
+        let cache = topology(&[quota("a", None)]);
+        let mut overlay = Overlay::default();
+        for i in 0..MAX_PENDING + 10 {
+            overlay.record(
+                &cache,
+                format!("q{i}"),
+                Some(quota(&format!("q{i}"), Some("a"))),
+            );
+            overlay
+                .pending
+                .values_mut()
+                .for_each(|p| p.since -= Duration::from_millis(1));
+        }
+        assert_eq!(overlay.pending.len(), MAX_PENDING);
+        let view = overlay.view(&cache);
+        assert!(
+            !view.contains("q0") && !view.contains("q9"),
+            "the oldest were dropped"
+        );
+        assert!(view.contains("q10") && view.contains(&format!("q{}", MAX_PENDING + 9)));
+
+        // Namespaces: a change binding more than the cap alone is not kept, and takes an earlier
+        // change of the same quota with it; changes binding many push the oldest out.
+        let mut overlay = Overlay::default();
+        overlay.record(&cache, "big".into(), Some(binding("big", 10)));
+        overlay.record(
+            &cache,
+            "big".into(),
+            Some(binding("big", MAX_PENDING_NAMESPACES + 1)),
+        );
+        assert!(overlay.pending.is_empty());
+        assert!(std::ptr::eq(overlay.view(&cache), &cache));
+        let half = MAX_PENDING_NAMESPACES / 2;
+        for name in ["x", "y", "z"] {
+            overlay.record(&cache, name.into(), Some(binding(name, half)));
+            overlay
+                .pending
+                .values_mut()
+                .for_each(|p| p.since -= Duration::from_millis(1));
+        }
+        let kept: Vec<_> = overlay.pending.keys().cloned().collect();
+        assert_eq!(kept, ["y", "z"]);
+        let view = overlay.view(&cache);
+        assert_eq!(view.quota_for_namespace("x-0"), None);
+        assert_eq!(view.quota_for_namespace("z-0"), Some("z"));
     }
 
     #[test]

@@ -73,15 +73,15 @@ pub fn check(quota: &ElasticQuota) -> Result<(), String> {
     }
 
     if let Some(keys) = annotation(MAX_STRICT_CHECK_KEYS) {
-        let keys: Vec<String> = serde_json::from_str(keys).map_err(|e| {
-            format!("{name} quota.Annotation[{MAX_STRICT_CHECK_KEYS}]'s value is invalid: {e}")
-        })?;
         let used = parse(
             name,
             "Status.Used",
             quota.status.as_ref().and_then(|s| s.used.as_ref()),
         )?;
-        for key in keys.iter().filter(|k| used.contains(k)) {
+        let check_key = |key: &str| {
+            if !used.contains(key) {
+                return Ok(());
+            }
             if !max.contains(key) {
                 return Err(format!(
                     "resourceKey {key} of quota {name} is included in used, which is not included in max but should check max >= used"
@@ -93,9 +93,78 @@ pub fn check(quota: &ElasticQuota) -> Result<(), String> {
                     "resourceKey {key} of quota {name} max {max_value} < used {used_value}"
                 ));
             }
-        }
+            Ok(())
+        };
+        each_string(keys, check_key).map_err(|e| {
+            format!("{name} quota.Annotation[{MAX_STRICT_CHECK_KEYS}]'s value is invalid: {e}")
+        })??;
     }
     Ok(())
+}
+
+/// Calls `check` on each string of the JSON array `text` (`null`: none) until it fails once,
+/// keeping none of them: the annotation is part of a review, and a list of a million keys would
+/// otherwise be held whole beside it. The text is still read to its end, so a syntax error anywhere
+/// wins over a failed key, as Go's unmarshal of the whole list before the checks makes it.
+fn each_string<F>(text: &str, check: F) -> Result<Result<(), String>, serde_json::Error>
+where
+    F: FnMut(&str) -> Result<(), String>,
+{
+    use serde::de::{DeserializeSeed, Deserializer, SeqAccess, Visitor};
+
+    struct Each<F> {
+        check: F,
+        failed: Option<String>,
+    }
+    /// One element: a string, checked unless an earlier one failed.
+    struct Element<'a, F>(&'a mut Each<F>);
+
+    impl<'de, F: FnMut(&str) -> Result<(), String>> DeserializeSeed<'de> for Element<'_, F> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl<F: FnMut(&str) -> Result<(), String>> Visitor<'_> for Element<'_, F> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<(), E> {
+            if self.0.failed.is_none() {
+                self.0.failed = (self.0.check)(key).err();
+            }
+            Ok(())
+        }
+    }
+    impl<'de, F: FnMut(&str) -> Result<(), String>> Visitor<'de> for &mut Each<F> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of strings")
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_none<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Element(&mut *self))?.is_some() {}
+            Ok(())
+        }
+    }
+
+    let mut each = Each {
+        check,
+        failed: None,
+    };
+    let mut reader = serde_json::Deserializer::from_str(text);
+    reader.deserialize_option(&mut each)?;
+    reader.end()?;
+    Ok(each.failed.map_or(Ok(()), Err))
 }
 
 #[cfg(test)]
@@ -193,6 +262,64 @@ mod tests {
             ),
             "resourceKey cpu of quota q max 1 < used 2"
         );
+    }
+
+    #[test]
+    fn strict_keys_are_read_one_at_a_time_and_a_syntax_error_anywhere_wins() {
+        let spec = json!({"max": {"cpu": "1"}});
+        let used = json!({"cpu": "2"});
+        let err = |keys: &str| {
+            err(
+                spec.clone(),
+                json!({MAX_STRICT_CHECK_KEYS: keys}),
+                used.clone(),
+            )
+        };
+        // The first failing key names the error; `null` and an empty list check nothing.
+        assert_eq!(
+            err(r#"["memory","cpu","cpu"]"#),
+            "resourceKey cpu of quota q max 1 < used 2"
+        );
+        for none in ["null", "[]", r#"["memory"]"#] {
+            let q = quota(
+                spec.clone(),
+                json!({MAX_STRICT_CHECK_KEYS: none}),
+                used.clone(),
+            );
+            assert_eq!(check(&q), Ok(()), "{none}");
+        }
+        // A syntax or type error after a failing key is still the answer.
+        for bad in [
+            r#"["cpu", 1]"#,
+            r#"["cpu"] x"#,
+            r#"["cpu""#,
+            r#"{"cpu":1}"#,
+            r#""cpu""#,
+        ] {
+            assert!(
+                err(bad).contains("'s value is invalid: "),
+                "{bad}: {}",
+                err(bad)
+            );
+        }
+        // Escapes are read as Go reads them.
+        assert_eq!(
+            err(r#"["\u0063pu"]"#),
+            "resourceKey cpu of quota q max 1 < used 2"
+        );
+        // A million keys cost nothing kept.
+        let many = format!("[{}\"cpu\"]", "\"a\",".repeat(1_000_000));
+        let q = quota(
+            spec.clone(),
+            json!({MAX_STRICT_CHECK_KEYS: many}),
+            used.clone(),
+        );
+        let meter = crate::memory::Meter::start(usize::MAX);
+        assert_eq!(
+            check(&q).unwrap_err(),
+            "resourceKey cpu of quota q max 1 < used 2"
+        );
+        assert!(meter.peak() < 64 << 10, "{}", meter.peak());
     }
 
     #[test]

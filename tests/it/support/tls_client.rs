@@ -163,6 +163,17 @@ pub async fn tls_stream(
     handshake(addr, alpn, versions, None, None).await
 }
 
+/// As [`tls_stream`], offering `http/1.1`, from the loopback address `from`.
+pub async fn tls_stream_from(
+    addr: SocketAddr,
+    from: std::net::IpAddr,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Box<dyn std::error::Error + Send + Sync>> {
+    let versions = [&rustls::version::TLS13, &rustls::version::TLS12];
+    Ok(handshake(addr, &[b"http/1.1"], &versions, None, Some(from))
+        .await?
+        .0)
+}
+
 /// The TLS error under a failed [`tls_stream`] or [`connect`], if it was one.
 pub fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     error
