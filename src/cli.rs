@@ -55,6 +55,9 @@ pub enum Command {
     /// Write the data files of the Helm chart (`charts/koord-webhook/files`) into DIR.
     #[command(hide = true)]
     ChartFiles { dir: PathBuf },
+    /// Rewrite the tables generated into README.md and docs/ under the repository ROOT.
+    #[command(hide = true)]
+    DocTables { root: PathBuf },
     /// Summarise koord-webhook in the cluster: leader, certificates, caBundles, entries, Events.
     Status(StatusArgs),
     /// List what is stored and report what the validating rules would refuse today (read only).

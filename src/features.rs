@@ -5,9 +5,11 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Defines [`Gate`] and its table from one list: each gate's name as users write it is the
-/// variant's, so the two cannot drift apart.
+/// variant's, so the two cannot drift apart; its default here, Koordinator v1.8.0's (`none`: a gate
+/// of ours or of a later Koordinator), and what it turns on, from which docs/admission.md's gate
+/// table is generated (`doc-tables`, checked in `tests/it/generated.rs`).
 macro_rules! gates {
-    ($($gate:ident = $default:literal,)*) => {
+    ($($gate:ident = $default:literal, koordinator $koord:ident, $what:literal;)*) => {
         /// Every gate koord-webhook knows. The order is the order `--help` and `status` print them in.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Gate {
@@ -16,36 +18,42 @@ macro_rules! gates {
 
         /// (gate, name, default), in the enum's order: a gate's discriminant is its row.
         const TABLE: &[(Gate, &str, bool)] = &[$((Gate::$gate, stringify!($gate), $default),)*];
+
+        /// (Koordinator v1.8.0's default, what the gate turns on), in the same order.
+        const ABOUT: &[(Option<bool>, &str)] = &[$((gates!(@koord $koord), $what),)*];
     };
+    (@koord none) => { None };
+    (@koord on) => { Some(true) };
+    (@koord off) => { Some(false) };
 }
 
 // One line per gate, with its default, reviewable against the spec (docs/admission.md).
 gates! {
-    PodMutatingWebhook = true,
-    PodValidatingWebhook = true,
-    ElasticMutatingWebhook = true,
-    ElasticValidatingWebhook = true,
-    NodeMutatingWebhook = true,
-    NodeValidatingWebhook = true,
-    ConfigMapValidatingWebhook = true,
-    ReservationMutatingWebhook = true,
-    ColocationProfileSkipMutatingResources = false,
-    ColocationProfileSkipValidatingPriority = false,
-    MultiQuotaTree = false,
-    DisableExtendedResourceSpec = false,
-    DisableDeviceResourceSpec = false,
-    ValidatePodDeviceResource = false,
-    EnableQuotaAdmission = false,
-    EnableQuotaAdmissionOnUpdate = false,
-    ElasticQuotaEvaluationTransformPod = false,
-    ReplaceResourcesTransformer = false,
-    DisableDefaultQuota = false,
-    SupportParentQuotaSubmitPod = false,
-    ElasticQuotaEnableUpdateResourceKey = false,
-    ElasticQuotaGuaranteeUsage = false,
-    EnablePodEnhancedValidator = false,
-    AmplifyNodeCapacity = true,
-    ReservationAffinityValidation = false,
+    PodMutatingWebhook = true, koordinator on, "serves `/mutate-pod` and registers its entries";
+    PodValidatingWebhook = true, koordinator on, "serves `/validate-pod` and registers its entries";
+    ElasticMutatingWebhook = true, koordinator on, "serves the ElasticQuota mutating endpoint";
+    ElasticValidatingWebhook = true, koordinator on, "serves the ElasticQuota validating endpoint";
+    NodeMutatingWebhook = true, koordinator off, "serves `/mutate-node-status` (node amplification)";
+    NodeValidatingWebhook = true, koordinator off, "serves `/validate-node`";
+    ConfigMapValidatingWebhook = true, koordinator off, "serves `/validate-configmap` (the slo-controller ConfigMap)";
+    ReservationMutatingWebhook = true, koordinator off, "serves `/mutate-reservation`";
+    ColocationProfileSkipMutatingResources = false, koordinator off, "a ClusterColocationProfile leaves the pod's resources as they are (no translation to batch or mid resources)";
+    ColocationProfileSkipValidatingPriority = false, koordinator off, "an UPDATE may change the `koordinator.sh/priority` label";
+    MultiQuotaTree = false, koordinator off, "`MultiQuotaTreeAffinity`: a pod of a quota tree gets that tree's node affinity";
+    DisableExtendedResourceSpec = false, koordinator none, "`ExtendedResourceSpec` off: batch and mid resources are not recorded in the pod's annotation";
+    DisableDeviceResourceSpec = false, koordinator none, "`DeviceResourceSpec` off: device resources are not normalised";
+    ValidatePodDeviceResource = false, koordinator off, "`DeviceResource`: a pod's device requests are checked";
+    EnableQuotaAdmission = false, koordinator off, "`ElasticQuotaEvaluation`: a pod's requests are checked against its quota and charged to `child-request`";
+    EnableQuotaAdmissionOnUpdate = false, koordinator none, "the quota evaluation on pod UPDATE too";
+    ElasticQuotaEvaluationTransformPod = false, koordinator off, "the quota evaluation reads the pod as transformed (with `ReplaceResourcesTransformer`)";
+    ReplaceResourcesTransformer = false, koordinator off, "with `ElasticQuotaEvaluationTransformPod`: the replace-resources annotation replaces the pod's requests";
+    DisableDefaultQuota = false, koordinator off, "a pod without a quota label is not charged to its namespace's quota or the default quota";
+    SupportParentQuotaSubmitPod = false, koordinator off, "a pod may name a parent quota";
+    ElasticQuotaEnableUpdateResourceKey = false, koordinator off, "a child quota's max keys must be among its parent's (instead of equal to them)";
+    ElasticQuotaGuaranteeUsage = false, koordinator off, "a quota's min must be within its guaranteed capacity up the tree";
+    EnablePodEnhancedValidator = false, koordinator off, "`PodEnhancedValidator`: the pod checks of Koordinator's enhanced validator";
+    AmplifyNodeCapacity = true, koordinator none, "node amplification multiplies `capacity` too (kept in `raw-capacity`); off, capacity is left as reported, as v1.8.0 leaves it";
+    ReservationAffinityValidation = false, koordinator none, "`ReservationAffinity`: a pod's reservation affinity is checked";
 }
 
 impl Gate {
@@ -59,6 +67,16 @@ impl Gate {
 
     pub fn default_enabled(self) -> bool {
         TABLE[self as usize].2
+    }
+
+    /// Koordinator v1.8.0's default; `None` for a gate it does not have.
+    pub fn koordinator_default(self) -> Option<bool> {
+        ABOUT[self as usize].0
+    }
+
+    /// What the gate turns on (docs/admission.md's gate table).
+    pub fn what(self) -> &'static str {
+        ABOUT[self as usize].1
     }
 }
 

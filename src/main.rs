@@ -22,7 +22,10 @@ fn main() -> ExitCode {
         Command::Status(args) => Some(args.cluster.namespace()),
         Command::Audit(args) => Some(args.cluster.namespace()),
         Command::Uninstall(args) => Some(args.cluster.namespace()),
-        Command::Review(_) | Command::Crds | Command::ChartFiles { .. } => None,
+        Command::Review(_)
+        | Command::Crds
+        | Command::ChartFiles { .. }
+        | Command::DocTables { .. } => None,
     };
     if let Some(namespace) = own_namespace
         && let Err(e) = koord_webhook::names::set_namespace(namespace)
@@ -54,6 +57,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(format!("{e:#}")),
             }
         }
+        Command::DocTables { root } => match cmd::doc_tables::write(&root) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(format!("{e:#}")),
+        },
         Command::Crds => match koord_webhook::apis::crds_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");

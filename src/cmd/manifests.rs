@@ -12,13 +12,17 @@ use crate::server::shutdown;
 
 /// The table of `serve` flags an install may set (`--serve-flag`, the chart's `serve:`).
 pub fn serve_flags() -> ServeFlags {
+    ServeFlags::of(&serve_command())
+}
+
+/// The `serve` subcommand's definition, built, so that the global flags (`--log-format`) are among
+/// its own.
+pub fn serve_command() -> clap::Command {
     let mut cli = Cli::command();
-    // Built, so that the global flags (`--log-format`) are among serve's.
     cli.build();
-    let serve = cli
-        .find_subcommand("serve")
-        .expect("the serve subcommand is defined in cli.rs");
-    ServeFlags::of(serve)
+    cli.find_subcommand("serve")
+        .expect("the serve subcommand is defined in cli.rs")
+        .clone()
 }
 
 /// `--serve-flag`s as `serve` arguments, each checked against the table and all of them parsed as

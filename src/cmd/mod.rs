@@ -2,6 +2,7 @@
 
 pub mod audit;
 mod deployed;
+pub mod doc_tables;
 pub mod manifests;
 pub mod review;
 pub mod serve;

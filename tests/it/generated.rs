@@ -164,6 +164,20 @@ fn chart_files_are_current() {
     }
 }
 
+/// The tables generated into the docs (every `serve` flag in README.md, every gate in
+/// docs/admission.md) are what the code defines.
+#[test]
+fn doc_tables_are_current() {
+    for section in koord_webhook::cmd::doc_tables::SECTIONS {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(section.file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rendered =
+            koord_webhook::cmd::doc_tables::replaced(&text, section.marker, &(section.table)())
+                .unwrap_or_else(|| panic!("{} has no <!-- {} --> section", section.file, section.marker));
+        assert_current(section.file, &rendered);
+    }
+}
+
 /// The chart and `koord-webhook manifests` give the same objects for the same settings: with the
 /// defaults, and with another namespace, image, gates, failure policies, timeout and exemptions.
 /// (The operator re-creates and repairs configurations with the binary's rendering, so the two must
