@@ -24,6 +24,7 @@ use super::patch;
 use super::pod::object::Pod;
 use super::reservation::object::Reservation;
 use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
+use crate::apis::meta::annotations_too_long;
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::entries::EndpointSpec;
 use crate::memory::{BodyShape, Meter};
@@ -336,6 +337,12 @@ impl<T: Object> TypedEndpoint<T> {
         if request.object.is_none() && request.old_object.is_none() {
             env.metrics.admission.error(self.spec.path, "decode");
             return Verdict::deny(400, "there is no content to decode");
+        }
+        // Annotations the API server would not store: refused before any rule reads one (several
+        // parse an annotation's JSON, which the decode budget counts as one string).
+        let objects = [request.object.as_ref(), request.old_object.as_ref()];
+        if let Some(refusal) = objects.into_iter().flatten().find_map(annotations_too_long) {
+            return Verdict::deny(400, refusal);
         }
         let ctx = Ctx::new(&request, env, running).until(deadline);
         let (mut result, mutated) = match &self.chain {

@@ -60,7 +60,10 @@ pub fn serve_flag_table() -> String {
             .collect();
         let mut what = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
         if let Some((_, owner)) = OWNED.iter().find(|(name, _)| *name == long) {
-            what = format!("{} (installs set it from {owner})", what.trim_end_matches('.'));
+            what = format!(
+                "{} (installs set it from {owner})",
+                what.trim_end_matches('.')
+            );
         }
         out.push_str(&format!(
             "| `--{long}` | {env} | {} | {} |\n",

@@ -8,6 +8,8 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use kube::Client;
+
 use crate::install::CRITICAL_PODS_QUOTA;
 use anyhow::Context;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -90,11 +92,47 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
     let namespace = options.cluster.namespace();
 
     // 1. The replicas, and wait until none runs.
+    stop_replicas(&client, namespace, options.timeout).await?;
+
+    // 2. The webhook configurations: from now on the API server calls no webhook of ours. Kept
+    // (with the Service) when koord-manager's webhook serves them again.
+    if options.keep_webhook_configurations {
+        println!(
+            "kept the webhook configurations and Service {} (for koord-manager's webhook)",
+            mode.service_name()
+        );
+    } else {
+        delete_admission(&client, namespace, mode).await?;
+    }
+
+    // 3. The rest of the install, and what the operator made.
+    delete_the_rest(&client, namespace, mode).await?;
+
+    // 4. What the user keeps unless asked.
+    if options.delete_crds {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in all_crds() {
+            delete(&crds, crd.metadata.name.as_deref().unwrap_or_default()).await?;
+        }
+    } else if mode == Mode::Enforce {
+        println!("kept the CRDs and their objects (--delete-crds removes them)");
+    }
+    if options.delete_namespace {
+        delete(&Api::<Namespace>::all(client.clone()), namespace).await?;
+    } else {
+        println!("kept namespace {namespace} (--delete-namespace removes it)");
+    }
+    Ok(())
+}
+
+/// Deletes the Deployment and waits until none of its Pods runs (at most `timeout`: then the
+/// webhook configurations are left in place, since a replica may still be answering).
+async fn stop_replicas(client: &Client, namespace: &str, timeout: Duration) -> anyhow::Result<()> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     delete(&deployments, APP_NAME).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let by_app = ListParams::default().labels(&selector());
-    let deadline = tokio::time::Instant::now() + options.timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let left = pods
             .list(&by_app)
@@ -108,26 +146,18 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
                 "{} replica(s) still running after {:?}; the webhook configurations were left in place \
                  (run uninstall again once they have stopped)",
                 left.items.len(),
-                options.timeout
+                timeout
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     println!("no replica is running");
+    Ok(())
+}
 
-    // 2. The webhook configurations: from now on the API server calls no webhook of ours. Kept
-    // (with the Service) when koord-manager's webhook serves them again.
-    if options.keep_webhook_configurations {
-        println!(
-            "kept the webhook configurations and Service {} (for koord-manager's webhook)",
-            mode.service_name()
-        );
-    } else {
-        delete_admission(&client, namespace, mode).await?;
-    }
-
-    // 3. The rest of the install, and what the operator made (Secrets, Lease, the quota ledger and
-    //    the record of a CA taken over: a new installation may take koord-manager's CA over again).
+/// The install's other objects, and what the operator made (Secrets, Lease, the quota ledger and
+/// the record of a CA taken over: a new installation may take koord-manager's CA over again).
+async fn delete_the_rest(client: &Client, namespace: &str, mode: Mode) -> anyhow::Result<()> {
     delete(
         &Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace),
         APP_NAME,
@@ -173,20 +203,5 @@ pub async fn run(options: &Options) -> anyhow::Result<()> {
         &Api::<ServiceAccount>::namespaced(client.clone(), namespace),
         APP_NAME,
     )
-    .await?;
-
-    if options.delete_crds {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in all_crds() {
-            delete(&crds, crd.metadata.name.as_deref().unwrap_or_default()).await?;
-        }
-    } else if mode == Mode::Enforce {
-        println!("kept the CRDs and their objects (--delete-crds removes them)");
-    }
-    if options.delete_namespace {
-        delete(&Api::<Namespace>::all(client.clone()), namespace).await?;
-    } else {
-        println!("kept namespace {namespace} (--delete-namespace removes it)");
-    }
-    Ok(())
+    .await
 }

@@ -28,6 +28,12 @@ pub struct RecountPartLabels {
     pub part: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassStepLabels {
+    /// `certificates`, `webhook_configurations` or `ca_rotation`.
+    pub step: &'static str,
+}
+
 #[derive(Clone)]
 pub struct OperatorMetrics {
     pub cert_not_after: Family<CertLabels, Gauge>,
@@ -38,6 +44,7 @@ pub struct OperatorMetrics {
     pub writes: Family<KindLabels, Counter>,
     pub recount_last: Family<RecountPartLabels, Gauge<f64, AtomicU64>>,
     pub recount_passes: Counter,
+    pub pass_failures: Family<PassStepLabels, Counter>,
 }
 
 impl OperatorMetrics {
@@ -51,6 +58,7 @@ impl OperatorMetrics {
             writes: Family::default(),
             recount_last: Family::default(),
             recount_passes: Counter::default(),
+            pass_failures: Family::default(),
         };
         registry.register(
             "certificate_expiration_timestamp_seconds",
@@ -91,6 +99,11 @@ impl OperatorMetrics {
             "child_request_recounts",
             "child-request recount passes run by this replica as leader",
             metrics.recount_passes.clone(),
+        );
+        registry.register(
+            "leader_pass_failures",
+            "Leader passes that stopped at a step, by step (the log names the object and the action)",
+            metrics.pass_failures.clone(),
         );
         metrics
     }

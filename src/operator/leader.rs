@@ -157,6 +157,17 @@ impl Leading {
     }
 }
 
+/// With leader election, [`election`]; without, this replica leads alone and elects nothing.
+pub fn election_if(elect: bool, timings: LeaseTimings) -> (Leadership, Option<Election>) {
+    match elect {
+        true => {
+            let (leadership, election) = election(timings);
+            (leadership, Some(election))
+        }
+        false => (Leadership::always(), None),
+    }
+}
+
 /// A new election's two sides: the handle writers check, and the loop that keeps it.
 pub fn election(timings: LeaseTimings) -> (Leadership, Election) {
     let (tx, rx) = watch::channel(false);

@@ -6,6 +6,7 @@ pub mod certificates;
 pub mod child_requests;
 pub mod flags;
 pub mod leader;
+pub mod leader_pass;
 pub mod memory_guard;
 pub mod replicas;
 
@@ -35,11 +36,8 @@ use crate::names::Mode;
 use crate::names::namespace;
 use crate::names::{SECRET_CA, SECRET_TLS};
 use crate::state::State;
-use certificates::{CertPolicy, Issuer, Next};
+use certificates::CertPolicy;
 use leader::{Leadership, LeaseTimings};
-
-/// The longest one certificate and webhook-configuration pass of the leader may take.
-const PASS_TIMEOUT: Duration = Duration::from_secs(30);
 use webhook_keeper::Desired;
 
 /// Who issues the serving certificate.
@@ -94,7 +92,9 @@ pub fn serving_hosts(webhook_host: Option<&str>, mode: Mode) -> Vec<String> {
     hosts
 }
 
-/// Runs the operator until `stop` fires; the admission server runs beside it.
+/// Runs the operator until `stop` fires; the admission server runs beside it: what every replica
+/// does (the cache, readiness, the serving pair, the pod entries its gates need), and what the
+/// leader does (the election, its pass, the recount).
 pub async fn run(
     client: Client,
     config: OperatorConfig,
@@ -102,125 +102,155 @@ pub async fn run(
     writer: crate::cache::CacheWriter,
     stop: watch::Receiver<bool>,
 ) {
-    let metrics = &state.metrics;
     let kick = Arc::new(Notify::new());
-    let (leadership, election) = if config.leader_elect {
-        let (leadership, election) = leader::election(config.lease);
-        (leadership, Some(election))
-    } else {
-        (Leadership::always(), None)
+    let (leadership, election) = leader::election_if(config.leader_elect, config.lease);
+    let (pass_cache, recount_cache) = (writer.reader(), writer.reader());
+    let every_replica = async {
+        tokio::join!(
+            follow_cluster(client.clone(), &config, state.clone(), writer),
+            watch_serving_pair(client.clone(), state.clone(), kick.clone()),
+            watch_configurations(
+                client.clone(),
+                config.desired.target.policy.mode,
+                kick.clone()
+            ),
+            watch_ca_secret(client.clone(), kick.clone()),
+            check_readiness(client.clone(), &config, state.clone(), kick.clone()),
+            keep_pod_entries_wide_for_gates(client.clone(), &config, state.clone()),
+        )
     };
-    // Followed only when the pod entries are to be split: the leader holds the split back while
-    // another pod template runs (a rollout).
-    let (replicas_tx, replicas) = watch::channel(replicas::Replicas::Unread);
-    let follow_replicas = {
-        let (client, identity, kick) = (client.clone(), config.identity.clone(), kick.clone());
-        let split = config.desired.target.qos_split;
-        async move {
-            if split {
-                replicas::watch(client, identity, replicas_tx, kick).await;
-            }
-        }
+    let the_leader = async {
+        tokio::join!(
+            elect(client.clone(), &config, election, stop),
+            lead(
+                client.clone(),
+                &config,
+                leadership.clone(),
+                kick.clone(),
+                &state,
+                pass_cache
+            ),
+            recount_child_requests(
+                client.clone(),
+                &config,
+                leadership.clone(),
+                &state,
+                recount_cache
+            ),
+        )
     };
-    let cache = writer.reader();
-    let recount_cache = writer.reader();
-    let reach_cache = writer.reader();
+    tokio::join!(every_replica, the_leader);
+}
 
+/// The cache's watches, and readiness once they have synced and while they keep up.
+async fn follow_cluster(
+    client: Client,
+    config: &OperatorConfig,
+    state: Arc<State>,
+    writer: crate::cache::CacheWriter,
+) {
+    let cache = writer.reader();
     let watch_health = crate::cache::watch::WatchHealth::default();
     let (unreadable, unreadable_rx) =
         tokio::sync::mpsc::channel(crate::cache::lenient::QUEUED_EVENTS);
+    // Each pod's charge only for the recount (with quota admission): otherwise metadata only.
+    let gates = config.desired.gates;
+    let charges = gates.enabled(crate::features::Gate::EnableQuotaAdmission);
     let cache_task = crate::cache::watch::run(
         client.clone(),
         writer,
-        metrics.cache.clone(),
+        state.metrics.cache.clone(),
         config.config_maps.clone(),
         unreadable,
         watch_health.clone(),
-        // Each pod's charge only for the recount (with quota admission): otherwise metadata only.
-        {
-            let gates = config.desired.gates;
-            let charges = gates.enabled(crate::features::Gate::EnableQuotaAdmission);
-            charges
-                .then_some(move |pod: &crate::admission::pod::object::Pod| indexed_pod(pod, &gates))
-        },
+        charges.then_some(move |pod: &crate::admission::pod::object::Pod| indexed_pod(pod, &gates)),
     );
     tokio::spawn(crate::cache::lenient::publish(
-        Recorder::new(client.clone(), reporter(&config.identity)),
+        Recorder::new(client, reporter(&config.identity)),
         unreadable_rx,
     ));
-    let cache_ready = {
-        let state = state.clone();
-        let watch_failure_bound = config.watch_failure_bound;
-        async move {
-            state.readiness.set_not_ready("cache", "not synced yet");
-            cache.wait_until_synced().await;
-            state.readiness.set_ready("cache");
-            tracing::info!(objects = ?cache.sizes(), "cache synced");
-            follow_watch_health(&state, &watch_health, watch_failure_bound).await;
+    let cache_ready = async {
+        state.readiness.set_not_ready("cache", "not synced yet");
+        cache.wait_until_synced().await;
+        state.readiness.set_ready("cache");
+        tracing::info!(objects = ?cache.sizes(), "cache synced");
+        follow_watch_health(&state, &watch_health, config.watch_failure_bound).await;
+    };
+    tokio::join!(cache_task, cache_ready);
+}
+
+/// The Lease, held or waited for until `stop` (nothing to elect without leader election).
+async fn elect(
+    client: Client,
+    config: &OperatorConfig,
+    election: Option<leader::Election>,
+    mut stop: watch::Receiver<bool>,
+) {
+    match election {
+        Some(election) => {
+            let api: Api<Lease> = Api::namespaced(client, namespace());
+            election.run(api, config.identity.clone(), stop).await
+        }
+        None => {
+            let _ = stop.changed().await;
+        }
+    }
+}
+
+/// The leader's pass (`leader_pass.rs`), and the rollout it follows when the pod entries are to be
+/// split: the split is held back while another pod template runs.
+async fn lead(
+    client: Client,
+    config: &OperatorConfig,
+    leadership: Leadership,
+    kick: Arc<Notify>,
+    state: &State,
+    cache: crate::cache::Cache,
+) {
+    let (replicas_tx, replicas) = watch::channel(replicas::Replicas::Unread);
+    let follow_replicas = async {
+        if config.desired.target.qos_split {
+            replicas::watch(
+                client.clone(),
+                config.identity.clone(),
+                replicas_tx,
+                kick.clone(),
+            )
+            .await;
         }
     };
-
-    let election = {
-        let api: Api<Lease> = Api::namespaced(client.clone(), namespace());
-        let identity = config.identity.clone();
-        let mut stop = stop.clone();
-        async move {
-            match election {
-                Some(election) => election.run(api, identity, stop).await,
-                None => {
-                    let _ = stop.changed().await;
-                }
-            }
-        }
-    };
-
-    let recount_child_requests = {
-        let recount = child_requests::Recount {
-            client: client.clone(),
-            cache: recount_cache,
-            gates: config.desired.gates,
-            leadership: leadership.clone(),
-            quiet: config.child_request_quiet,
-            metrics: metrics.operator.clone(),
-        };
-        // A shadow writes nothing of Koordinator's: no recount of child-request.
-        let enforcing = config.desired.target.policy.mode == Mode::Enforce;
-        async move {
-            if enforcing
-                && recount
-                    .gates
-                    .enabled(crate::features::Gate::EnableQuotaAdmission)
-            {
-                recount.run().await;
-            }
-        }
-    };
-
+    let pass =
+        leader_pass::LeaderPass::new(client.clone(), config, leadership.clone(), cache, replicas);
     tokio::join!(
-        cache_task,
-        cache_ready,
-        election,
-        watch_serving_pair(client.clone(), state.clone(), kick.clone()),
-        watch_configurations(
-            client.clone(),
-            config.desired.target.policy.mode,
-            kick.clone()
-        ),
-        watch_ca_secret(client.clone(), kick.clone()),
-        issue_as_leader(
-            client.clone(),
-            &config,
-            leadership,
-            kick.clone(),
-            metrics,
-            reach_cache,
-            replicas,
-        ),
         follow_replicas,
-        check_readiness(client.clone(), &config, state.clone(), kick.clone()),
-        recount_child_requests,
-        keep_pod_entries_wide_for_gates(client.clone(), &config, state.clone()),
+        leader_pass::run(pass, config, leadership, kick.clone(), &state.metrics),
     );
+}
+
+/// The leader's recount of `child-request` (with quota admission; a shadow writes nothing of
+/// Koordinator's).
+async fn recount_child_requests(
+    client: Client,
+    config: &OperatorConfig,
+    leadership: Leadership,
+    state: &State,
+    cache: crate::cache::Cache,
+) {
+    let gates = config.desired.gates;
+    let enforcing = config.desired.target.policy.mode == Mode::Enforce;
+    if !enforcing || !gates.enabled(crate::features::Gate::EnableQuotaAdmission) {
+        return;
+    }
+    child_requests::Recount {
+        client,
+        cache,
+        gates,
+        leadership,
+        quiet: config.child_request_quiet,
+        metrics: state.metrics.operator.clone(),
+    }
+    .run()
+    .await;
 }
 
 /// A replica whose gates make every pod relevant to a pod entry (docs/narrowing.md) widens that
@@ -371,69 +401,6 @@ pub(crate) fn reporter(identity: &str) -> Reporter {
     Reporter {
         controller: "koord-webhook".to_owned(),
         instance: Some(identity.to_owned()),
-    }
-}
-
-/// The leader's loop: a pass on every kick, on its timer, and when it becomes leader.
-async fn issue_as_leader(
-    client: Client,
-    config: &OperatorConfig,
-    mut leadership: Leadership,
-    kick: Arc<Notify>,
-    metrics: &crate::metrics::Metrics,
-    cache: crate::cache::Cache,
-    replicas: watch::Receiver<replicas::Replicas>,
-) {
-    let issuer = Issuer {
-        client: client.clone(),
-        policy: config.policy.clone(),
-        desired: config.desired.clone(),
-        recorder: Recorder::new(client, reporter(&config.identity)),
-        leadership: leadership.clone(),
-        absence: Default::default(),
-        pod_reach: config
-            .desired
-            .target
-            .policy
-            .narrows()
-            .then(|| webhook_keeper::PodReachSource::new(cache, config.narrow_hold)),
-        replicas,
-    };
-    let mut wait = Duration::ZERO;
-    let mut kicked = Box::pin(kick.notified());
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = &mut kicked => {}
-            _ = leadership.changed() => {}
-        }
-        // Registered before the pass: a Secret changed during it ends the next wait at once (a
-        // `Notified` made after the pass would miss it, and the repair would wait for the timer).
-        kicked = Box::pin(kick.notified());
-        let is_leader = leadership.is_leader();
-        metrics.operator.leader.set(i64::from(is_leader));
-        if !is_leader || config.cert_mode == CertMode::External {
-            wait = issuer.tick();
-            continue;
-        }
-        // A hung API call must not keep a pass (and its stale view of leadership) alive.
-        // A pod entry's narrowing held back by the hold is written when it ends.
-        let narrowing = || {
-            let due = issuer.pod_reach.as_ref().and_then(|p| p.next_pass());
-            due.map_or(issuer.tick(), |d| d.min(issuer.tick()))
-        };
-        wait = match tokio::time::timeout(PASS_TIMEOUT, issuer.reconcile(metrics)).await {
-            Ok(Ok(Next::Idle)) => narrowing(),
-            Ok(Ok(Next::After(d))) => d.min(narrowing()),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "certificate pass failed; retrying");
-                Duration::from_secs(1)
-            }
-            Err(_) => {
-                tracing::warn!(timeout = ?PASS_TIMEOUT, "certificate pass timed out; retrying");
-                Duration::from_secs(1)
-            }
-        };
     }
 }
 

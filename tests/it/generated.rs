@@ -173,7 +173,12 @@ fn doc_tables_are_current() {
         let text = std::fs::read_to_string(&path).unwrap();
         let rendered =
             koord_webhook::cmd::doc_tables::replaced(&text, section.marker, &(section.table)())
-                .unwrap_or_else(|| panic!("{} has no <!-- {} --> section", section.file, section.marker));
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{} has no <!-- {} --> section",
+                        section.file, section.marker
+                    )
+                });
         assert_current(section.file, &rendered);
     }
 }

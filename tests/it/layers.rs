@@ -212,3 +212,59 @@ fn only_the_counting_allocator_allows_unsafe_code() {
         "Cargo.toml denies unsafe_code"
     );
 }
+
+/// Every JSON text a rule reads (an annotation, a ConfigMap's data) is read under a meter
+/// (`memory::metered::read_within`, or the review's own decode): the decode budget counts such a
+/// text as one string, and read as a tree it can cost tens of times its bytes (issue 60: an
+/// annotation of 8 MiB took 225 MiB). The few reads that keep nothing are named here with why.
+#[test]
+fn every_json_read_under_admission_is_metered() {
+    const KEEP_NOTHING: &[(&str, &str)] = &[
+        // The review itself, under the endpoint's meter (`endpoint.rs`).
+        ("admission/review.rs", "Deserializer::from_"),
+        // The strict-check keys, streamed one at a time and never kept.
+        (
+            "admission/elastic_quota/self_checks.rs",
+            "Deserializer::from_",
+        ),
+        // Read into `IgnoredAny` to tell a parse error: nothing is built.
+        (
+            "admission/node/amplification.rs",
+            "from_str::<serde::de::IgnoredAny>",
+        ),
+    ];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join("admission"), &mut files);
+    let mut unmetered = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(&src).unwrap().display().to_string();
+        if relative.ends_with("tests.rs") || relative.contains("/tests/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = text.split("\n#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let reads = [
+                "serde_json::from_str",
+                "serde_json::from_slice",
+                "serde_json::from_reader",
+            ]
+            .iter()
+            .any(|r| code.contains(r))
+                || code.contains("Deserializer::from_");
+            let allowed = KEEP_NOTHING
+                .iter()
+                .any(|(f, what)| relative == *f && code.contains(what));
+            if reads && !allowed {
+                unmetered.push(format!("src/{relative}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        unmetered.is_empty(),
+        "JSON read outside a meter (use memory::metered::read_within):\n{}",
+        unmetered.join("\n")
+    );
+}

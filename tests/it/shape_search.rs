@@ -451,3 +451,138 @@ fn the_reservation_template_volumes_are_among_the_sites() {
         body.len()
     );
 }
+
+/// Every annotation key the code names (a string literal of a domain, a slash and a name): each is
+/// a site whose text some rule may read as JSON.
+fn annotation_keys() -> BTreeSet<String> {
+    fn walk(dir: &std::path::Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for literal in text.split('"').skip(1).step_by(2) {
+                    let Some((domain, name)) = literal.split_once('/') else {
+                        continue;
+                    };
+                    let domain_like = domain.contains('.')
+                        && domain.chars().all(|c| {
+                            c.is_ascii_lowercase() || c.is_ascii_digit() || ".-".contains(c)
+                        });
+                    let name_like = !name.is_empty()
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+                    if domain_like && name_like && domain.ends_with(".sh") {
+                        out.insert(literal.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    let mut keys = BTreeSet::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut keys,
+    );
+    keys
+}
+
+/// JSON texts cheap in bytes and costly as trees, about `bytes` long, for an annotation's value.
+fn embedded_shapes(bytes: usize) -> Vec<(&'static str, String)> {
+    let many = |value: &str| {
+        let n = bytes / (value.len() + 10);
+        let entries: Vec<String> = (0..n).map(|i| format!("\"{i:x}\":{value}")).collect();
+        format!("{{{}}}", entries.join(","))
+    };
+    let items = |unit: &str| {
+        let n = bytes / (unit.len() + 1);
+        format!("[{}]", vec![unit; n].join(","))
+    };
+    vec![
+        ("empty objects", items("{}")),
+        ("empty strings", items("\"\"")),
+        ("many keys", many("\"\"")),
+        ("maps of maps", many("{\"limits\":{\"\":\"\"}}")),
+        (
+            "maps of maps under one key",
+            format!("{{\"containers\":{}}}", many("{\"limits\":{\"\":\"\"}}")),
+        ),
+        ("numbers", many("0")),
+    ]
+}
+
+/// What answering may take beyond what the body's shape is charged in the decode budget: the
+/// annotations a rule reads as JSON (the budget counts each as one string), bounded by the API
+/// server's limit on them, [`MAX_ANNOTATIONS_BYTES`](koord_webhook::apis::meta::MAX_ANNOTATIONS_BYTES),
+/// at the most a JSON text costs read as a tree per byte.
+const EMBEDDED_BYTES_PER_ANNOTATION_BYTE: usize = 32;
+
+/// Annotations whose text a rule reads as JSON cost, answered, no more than the body is charged
+/// plus a fixed bound (the API server's annotation limit times what JSON costs as a tree per
+/// byte): each key the code names, on every endpoint, filled just under that limit with each shape;
+/// and on every endpoint an annotation far over it, refused before any rule reads it. On 5e9516b
+/// a 2 MiB `extended-resource-spec` of maps of maps took 22 times its bytes beyond its charge.
+#[test]
+fn annotations_read_as_json_cost_a_bounded_amount_beyond_the_charge() {
+    use koord_webhook::apis::meta::MAX_ANNOTATIONS_BYTES;
+    use koord_webhook::memory::BodyShape;
+    let keys = annotation_keys();
+    assert!(
+        keys.contains("node.koordinator.sh/extended-resource-spec")
+            && keys.contains("quota.scheduling.koordinator.sh/shared-weight"),
+        "{keys:?}"
+    );
+    let beyond = EMBEDDED_BYTES_PER_ANNOTATION_BYTE * MAX_ANNOTATIONS_BYTES;
+    let mut failures = Vec::new();
+    let mut worst = (0usize, String::new());
+    let mut try_one = |endpoint: EndpointName, key: &str, shape: &str, text: String| {
+        let site = Site::Text(vec![
+            Step::Key("metadata".into()),
+            Step::Key("annotations".into()),
+            Step::Key(key.to_owned()),
+        ]);
+        let mut review: Value =
+            serde_json::from_slice(&shaped_review(endpoint, &site, Shape::Escapes, 0)).unwrap();
+        review["request"]["object"]["metadata"]["annotations"][key] = json!(text);
+        let body = serde_json::to_vec(&review).unwrap();
+        let peak = harness::review_measured(endpoint, &body);
+        let charged = BodyShape::of(&body).allowance(1) + harness::ANSWER_FLOOR;
+        let over = peak.saturating_sub(charged);
+        if over > worst.0 {
+            worst = (over, format!("{endpoint:?} {key} {shape} {}", body.len()));
+        }
+        if over > beyond {
+            failures.push(format!(
+                "{endpoint:?}: {key} of {shape}, {} bytes: took {peak}, {over} beyond its charge",
+                body.len()
+            ));
+        }
+    };
+    let costly = ["empty objects", "many keys", "maps of maps under one key"];
+    for endpoint in koord_webhook::entries::ENDPOINTS.iter().map(|e| e.endpoint) {
+        for key in &keys {
+            for (shape, text) in embedded_shapes(MAX_ANNOTATIONS_BYTES - 4096) {
+                if costly.contains(&shape) {
+                    try_one(endpoint, key, shape, text);
+                }
+            }
+        }
+        // Far over the limit: refused before the rules, whichever key.
+        let (shape, text) = embedded_shapes(2 << 20).swap_remove(4);
+        try_one(
+            endpoint,
+            "node.koordinator.sh/extended-resource-spec",
+            shape,
+            text,
+        );
+    }
+    eprintln!(
+        "{} keys; the most beyond the charge: {} bytes ({})",
+        keys.len(),
+        worst.0,
+        worst.1
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

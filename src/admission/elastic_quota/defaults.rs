@@ -1,5 +1,6 @@
 //! Defaults filled in on ElasticQuota CREATE: parent, tree id and shared weight.
 
+use crate::memory::metered::read_within;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -92,7 +93,7 @@ fn fill(ctx: &Ctx<'_, ElasticQuota>, quota: &mut ElasticQuota) -> PluginResult {
     let weight = match current {
         None => serde_json::to_string(&max),
         Some(raw) => {
-            let weight: Option<ResourceList> = serde_json::from_str(raw).map_err(|e| {
+            let weight: Option<ResourceList> = read_within(raw.as_bytes()).map_err(|e| {
                 Rejection::invalid(format!(
                     "fillDefaultQuotaInfo unmarshal sharedWeight failed:{e}"
                 ))

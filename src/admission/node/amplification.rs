@@ -3,6 +3,7 @@
 //! re-recorded whenever the kubelet reports a new allocatable, so amplification never compounds.
 
 use crate::apis::meta::annotation;
+use crate::memory::metered::read_within;
 use std::collections::BTreeMap;
 
 use super::object::Node;
@@ -221,7 +222,7 @@ pub fn amplify(old: Option<&Node>, node: &mut Node, keep_capacity: bool) -> Resu
     // One resource's ratio of `null` is 0 to Go's decoder (it leaves a float its zero value), so
     // never amplified, where serde would refuse the list.
     let ratios: BTreeMap<String, Option<f64>> =
-        serde_json::from_str::<Option<BTreeMap<String, Option<f64>>>>(&ratios_text)
+        read_within::<Option<BTreeMap<String, Option<f64>>>>(ratios_text.as_bytes())
             .map_err(|e| format!("failed to unmarshal node resource amplification ratio: {e}"))?
             .unwrap_or_default();
     for resource in AMPLIFIED {

@@ -2,6 +2,7 @@
 //! number, each between 1 and `--max-amplification-ratio`. Checked on CREATE, and on UPDATE when the
 //! annotation changed; removing it is always accepted.
 
+use crate::memory::metered::read_within;
 use std::collections::BTreeMap;
 
 use super::object::Node;
@@ -40,7 +41,7 @@ impl Validator<Node> for AmplificationBounds {
 }
 
 pub fn check_ratios(text: &str, max: f64) -> Result<(), String> {
-    let ratios: BTreeMap<String, f64> = serde_json::from_str(text).map_err(|_| {
+    let ratios: BTreeMap<String, f64> = read_within(text.as_bytes()).map_err(|_| {
         format!(
             "{AMPLIFICATION_RATIO}: Invalid value: {text:?}: must be a JSON object of resource name to number"
         )

@@ -3,6 +3,7 @@
 //! The ConfigMap is read from the cache, so edits apply as soon as the watch delivers them; rules
 //! that stop parsing leave the last good ones in force.
 
+use crate::memory::metered::read_within;
 use std::sync::{Arc, Mutex};
 
 use crate::admission::pod::object::Pod;
@@ -79,7 +80,7 @@ impl EnhancedValidator {
         if last_good.as_ref().is_some_and(|(t, _)| t == text) {
             return last_good.as_ref().map(|(_, r)| r.clone());
         }
-        match serde_json::from_str::<Vec<Rule>>(text) {
+        match read_within::<Vec<Rule>>(text.as_bytes()) {
             Ok(rules) => {
                 let rules: Arc<[Rule]> = rules.into();
                 *last_good = Some((text.to_owned(), rules.clone()));

@@ -1,6 +1,7 @@
 //! The batch resources of each regular container, recorded in the pod's
 //! `node.koordinator.sh/extended-resource-spec` annotation for the koordlet.
 
+use crate::memory::metered::read_within;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -141,13 +142,13 @@ fn same_spec(current: &str, wanted: &str) -> Result<bool, String> {
     if current == wanted {
         return Ok(true);
     }
-    let mut current: ExtendedResourceSpec = serde_json::from_str(current)
+    let mut current: ExtendedResourceSpec = read_within(current.as_bytes())
         .map_err(|e| format!("failed to get current extended resource spec, err: {e}"))?;
     for c in current.containers.values_mut() {
         c.requests = canonical_list(&c.requests);
         c.limits = canonical_list(&c.limits);
     }
-    let wanted: ExtendedResourceSpec = serde_json::from_str(wanted).map_err(|e| e.to_string())?;
+    let wanted: ExtendedResourceSpec = read_within(wanted.as_bytes()).map_err(|e| e.to_string())?;
     Ok(current == wanted)
 }
 

@@ -1,9 +1,8 @@
 //! The leader's certificate work (docs/certificates.md): issue the CA and the serving pair, renew
-//! them before they run out, rotate the CA in stages, recover lost Secrets, and publish the bundle
-//! in the webhook configurations. One pass of [`Issuer::reconcile`] reads both Secrets, asks the
-//! planner (`plan.rs`, no I/O) what comes next, writes what changed behind the fence, publishes
-//! the bundle, then lets the planner move the rotation's phase on. It runs on start, on every watch
-//! event of the Secrets and configurations, and on a timer.
+//! them before they run out, rotate the CA in stages, recover lost Secrets. [`Issuer::issue`] reads
+//! both Secrets, asks the planner (`plan.rs`, no I/O) what comes next and writes what changed
+//! behind the fence; the leader's pass (`leader_pass.rs`) then publishes the bundle in the webhook
+//! configurations, and [`Issuer::advance_rotation`] moves the rotation's phase on.
 
 mod plan;
 #[cfg(test)]
@@ -17,7 +16,6 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, Resource};
 
 use super::secrets;
-use super::webhook_keeper::{self, Desired};
 use super::write_error::WriteError;
 use crate::certs::{CertError, PemPair, adopt, authority};
 use crate::kube_events::{self, Note};
@@ -49,18 +47,20 @@ impl From<kube::Error> for PassError {
     }
 }
 
+/// The leader's certificate work: the two Secrets, the adoption record, and their Events.
 pub struct Issuer {
     pub client: Client,
     pub policy: CertPolicy,
-    pub desired: Desired,
     pub recorder: Recorder,
     /// Checked right before every write (fencing).
     pub leadership: super::leader::Leadership,
-    pub absence: super::webhook_keeper::Absence,
-    /// Derives the pod entries' reach (calls narrowed only).
-    pub pod_reach: Option<super::webhook_keeper::PodReachSource>,
-    /// Whether a rollout is under way, which holds `--qos-split` back (`replicas.rs`).
-    pub replicas: tokio::sync::watch::Receiver<super::replicas::Replicas>,
+}
+
+/// What the certificate step leaves for the rest of the leader's pass: the CA's state (its
+/// rotation phase) and the bundle to publish.
+pub struct Issued {
+    pub ca: secrets::CaState,
+    pub bundle: String,
 }
 
 impl Issuer {
@@ -203,8 +203,9 @@ impl Issuer {
         )
     }
 
-    /// One pass: read, plan, write behind the fence, publish, record; then the phase clock.
-    pub async fn reconcile(&self, metrics: &Metrics) -> Result<Next, PassError> {
+    /// The certificate step of the leader's pass: read both Secrets, plan, write what changed
+    /// behind the fence, record; the bundle the configurations are to carry.
+    pub async fn issue(&self, metrics: &Metrics) -> Result<Issued, PassError> {
         let api = self.secrets();
         let ca_secret = api.get_opt(SECRET_CA).await?;
         let tls_secret = api.get_opt(SECRET_TLS).await?;
@@ -230,6 +231,15 @@ impl Issuer {
             adopted_before: adopted_before.ok().flatten(),
         };
         let plan = plan::plan(observed, &self.policy, SystemTime::now())?;
+        self.write(&plan, metrics).await?;
+        Ok(Issued {
+            ca: plan.ca,
+            bundle: plan.tls.bundle,
+        })
+    }
+
+    /// Writes and records what `plan` changed.
+    async fn write(&self, plan: &plan::Plan, metrics: &Metrics) -> Result<(), PassError> {
         // The record before the CA: a pass that stops between the two issues a new CA next time
         // rather than taking koord-manager's over twice.
         for event in &plan.events {
@@ -261,67 +271,24 @@ impl Issuer {
             .operator
             .ca_rotation_phase
             .set(plan.ca.phase.number());
+        Ok(())
+    }
 
-        let keeper = webhook_keeper::Keeper {
-            client: &self.client,
-            fence: &self.leadership,
-            absence: &self.absence,
-            pods: self.pod_reach.as_ref(),
-        };
-        let written = webhook_keeper::converge_all(
-            &keeper,
-            &*self.desired_now().await,
-            plan.tls.bundle.as_bytes(),
-        )
-        .await?;
-        webhook_keeper::events::record(&self.recorder, &written).await;
-        if !written.is_empty() {
-            metrics
-                .operator
-                .writes
-                .get_or_create(&KindLabels {
-                    kind: "webhookconfiguration",
-                })
-                .inc();
-            tracing::info!("webhook configurations updated");
-        }
-
-        // Rotation steps that wait on the published bundle or on time.
-        let bundle_in_place = match plan.ca.phase {
-            secrets::Phase::Publishing => matches!(
-                webhook_keeper::published_bundle(&self.client, self.desired.target.policy.mode).await,
-                Ok(Ok(b)) if b.as_slice() == plan.tls.bundle.as_bytes()
-            ),
-            _ => false,
-        };
-        let step = plan::phase_step(&plan.ca, bundle_in_place, &self.policy, SystemTime::now());
+    /// The rotation step that waits on the published bundle or on time: moves the CA's phase on
+    /// when due; when the next pass is due.
+    pub async fn advance_rotation(
+        &self,
+        ca: &secrets::CaState,
+        bundle_in_place: bool,
+        metrics: &Metrics,
+    ) -> Result<Next, PassError> {
+        let step = plan::phase_step(ca, bundle_in_place, &self.policy, SystemTime::now());
         if let Some((ca, event)) = &step.advance {
             self.apply(&secrets::ca_secret(ca), metrics).await?;
             metrics.operator.ca_rotation_phase.set(ca.phase.number());
             self.record(event).await;
         }
         Ok(step.next)
-    }
-
-    /// What the configurations should say now: the pod entries split (`--qos-split`) only while
-    /// every replica runs this pod template, so that no release without the split can lead
-    /// meanwhile (`replicas.rs`).
-    async fn desired_now(&self) -> std::borrow::Cow<'_, Desired> {
-        use super::replicas::Replicas;
-        if !self.desired.target.qos_split {
-            return std::borrow::Cow::Borrowed(&self.desired);
-        }
-        // A leader that has just started waits for the first read rather than joining entries
-        // that the next pass splits again.
-        let mut replicas = self.replicas.clone();
-        let first_read = replicas.wait_for(|r| *r != Replicas::Unread);
-        let _ = tokio::time::timeout(Duration::from_secs(10), first_read).await;
-        if replicas.borrow().allow_split() {
-            return std::borrow::Cow::Borrowed(&self.desired);
-        }
-        let mut desired = self.desired.clone();
-        desired.target.qos_split = false;
-        std::borrow::Cow::Owned(desired)
     }
 
     async fn record(&self, event: &CertEvent) {
@@ -338,6 +305,20 @@ impl Issuer {
         (self.policy.cert_validity.min(self.policy.ca_validity) / 10)
             .clamp(Duration::from_millis(500), Duration::from_secs(60))
     }
+}
+
+/// A first pass's CA and serving pair under `policy`, as its Secrets would hold them: what a later
+/// pass reads and leaves alone.
+#[cfg(test)]
+pub fn issued_for_tests(policy: &CertPolicy) -> (secrets::CaState, secrets::TlsState) {
+    let observed = Observed {
+        ca: None,
+        tls: None,
+        koordinator_ca: None,
+        adopted_before: None,
+    };
+    let plan = plan::plan(observed, policy, SystemTime::now()).unwrap();
+    (plan.ca, plan.tls)
 }
 
 pub fn record_not_after(metrics: &Metrics, ca: &PemPair, serving: &PemPair) {

@@ -33,6 +33,8 @@ pub(super) trait Configuration:
     /// Its name in an install of `mode`; `None` when such an install has none (a shadow's
     /// mutating configuration).
     fn name(mode: Mode) -> Option<&'static str>;
+    /// The kind, as errors name it.
+    const KIND: &'static str;
     /// The pod entry this configuration holds.
     const POD_ENTRY: PodEntry;
     fn entries(&self) -> Vec<EntryView<'_>>;
@@ -49,6 +51,7 @@ macro_rules! configuration {
                 $name(mode)
             }
             const POD_ENTRY: PodEntry = $pod_entry;
+            const KIND: &'static str = stringify!($kind);
             fn entries(&self) -> Vec<EntryView<'_>> {
                 self.webhooks
                     .iter()

@@ -284,11 +284,52 @@ pub struct Keeper<'a> {
     pub pods: Option<&'a PodReachSource>,
 }
 
+/// What the keeper was doing with a configuration when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Read,
+    Create,
+    Patch,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Action::Read => "read",
+            Action::Create => "create",
+            Action::Patch => "patch",
+        })
+    }
+}
+
+/// A configuration the keeper could not bring to the desired state: which one, doing what, and
+/// why (the API's answer, or the fence).
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {kind} {name}: {source}")]
+pub struct ConfigurationError {
+    pub action: Action,
+    pub kind: &'static str,
+    pub name: &'static str,
+    #[source]
+    pub source: WriteError,
+}
+
+impl ConfigurationError {
+    fn of<C: Configuration>(name: &'static str, action: Action) -> impl Fn(WriteError) -> Self {
+        move |source| Self {
+            action,
+            kind: C::KIND,
+            name,
+            source,
+        }
+    }
+}
+
 async fn converge<C: Configuration>(
     keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-) -> Result<Option<Written>, WriteError> {
+) -> Result<Option<Written>, ConfigurationError> {
     let Keeper {
         client,
         fence,
@@ -299,12 +340,17 @@ async fn converge<C: Configuration>(
         // This install has no configuration of this kind (a shadow's mutating one).
         return Ok(None);
     };
+    let failed = |action| ConfigurationError::of::<C>(name, action);
     let api: Api<C> = Api::all(client.clone());
-    let current = api.get_opt(name).await?;
+    let current = api
+        .get_opt(name)
+        .await
+        .map_err(|e| failed(Action::Read)(e.into()))?;
     let mut desired = desired.clone();
     let reach = match (&current, pods) {
         (Some(current), Some(source)) if desired.target.policy.narrows() => {
-            let json = serde_json::to_value(current).map_err(kube::Error::SerdeError)?;
+            let json = serde_json::to_value(current)
+                .map_err(|e| failed(Action::Read)(kube::Error::SerdeError(e).into()))?;
             Some(source.plan(&json, C::POD_ENTRY, &desired.gates, &mut desired.target))
         }
         _ => None,
@@ -323,13 +369,15 @@ async fn converge<C: Configuration>(
     let Some(current) = current else {
         // Not installed (URL-mode development) or deleted and still missing: create it whole.
         // Server-side apply rather than a create: RBAC limits an apply's create by name.
-        fence.check()?;
+        let create = |e: WriteError| failed(Action::Create)(e);
+        fence.check().map_err(|e| create(e.into()))?;
         api.patch(
             name,
             &PatchParams::apply(FIELD_MANAGER),
             &Patch::Apply(&want),
         )
-        .await?;
+        .await
+        .map_err(|e| create(e.into()))?;
         return Ok(Some(Written {
             reference: want.object_ref(&()),
             fields: Vec::new(),
@@ -358,14 +406,17 @@ async fn converge<C: Configuration>(
         .chain(ops)
         .collect();
     ops.extend(record);
-    let patch: json_patch::Patch =
-        serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
+    let patch_failed = |e: WriteError| failed(Action::Patch)(e);
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+        .map_err(|e| patch_failed(kube::Error::SerdeError(e).into()))?;
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..Default::default()
     };
-    fence.check()?;
-    api.patch(name, &params, &Patch::<()>::Json(patch)).await?;
+    fence.check().map_err(|e| patch_failed(e.into()))?;
+    api.patch(name, &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| patch_failed(e.into()))?;
     Ok(Some(Written {
         reference: current.object_ref(&()),
         fields: repaired,
@@ -380,11 +431,12 @@ async fn converge_or_widen<C: Configuration>(
     keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-) -> Result<Option<Written>, WriteError> {
+) -> Result<Option<Written>, ConfigurationError> {
     match converge::<C>(keeper, desired, bundle).await {
-        Err(WriteError::Api(kube::Error::Api(refusal)))
-            if refusal.code == 422 && desired.target.policy.narrows() =>
-        {
+        Err(ConfigurationError {
+            source: WriteError::Api(kube::Error::Api(refusal)),
+            ..
+        }) if refusal.code == 422 && desired.target.policy.narrows() => {
             tracing::warn!(
                 configuration = C::name(desired.target.policy.mode),
                 error = %refusal.message,
@@ -415,7 +467,7 @@ pub async fn converge_all(
     keeper: &Keeper<'_>,
     desired: &Desired,
     bundle: &[u8],
-) -> Result<Vec<Written>, WriteError> {
+) -> Result<Vec<Written>, ConfigurationError> {
     let mutating =
         converge_or_widen::<MutatingWebhookConfiguration>(keeper, desired, bundle).await?;
     let validating =

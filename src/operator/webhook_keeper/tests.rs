@@ -453,7 +453,13 @@ mod against_the_api {
         .await;
         drop(client);
         assert!(
-            matches!(result, Err(WriteError::NotLeader(_))),
+            matches!(
+                result,
+                Err(ConfigurationError {
+                    source: WriteError::NotLeader(_),
+                    ..
+                })
+            ),
             "{result:?}"
         );
         assert_eq!(server.await.unwrap().len(), 1, "no write after the read");

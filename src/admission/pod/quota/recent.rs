@@ -10,6 +10,7 @@
 //! when its window ends, however many admissions follow it. Before, the recount left a quota alone
 //! while evaluation kept writing it, so one forged review every minute held its charge for good.
 
+use crate::memory::metered::read_within;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -46,7 +47,7 @@ pub struct Admitted {
 /// The record on `quota` (none, or one that does not parse: empty).
 pub fn read(quota: &ElasticQuota) -> Vec<Admitted> {
     annotation(quota, RECENT)
-        .and_then(|text| serde_json::from_str(text).ok())
+        .and_then(|text| read_within(text.as_bytes()).ok())
         .unwrap_or_default()
 }
 
