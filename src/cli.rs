@@ -1,7 +1,7 @@
 //! Command line: one binary, one subcommand per job. Every flag of `serve` can also come from an
 //! environment variable, `KOORD_WEBHOOK_<FLAG>` (`--identity` from `POD_NAME`), as a Deployment
 //! sets them; the other subcommands, run by hand or by scripts, take flags only. Each part owns its
-//! flags beside the settings they make (`RuleFlags` in admission/settings.rs, `LimitFlags` in
+//! flags beside the settings they make (`RuleFlags` in admission/rule_flags.rs, `LimitFlags` in
 //! server/limits.rs, `OperatorFlags` in operator/flags.rs, `EntryPolicy` in install/); this file
 //! composes them into subcommands.
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::admission::settings::RuleFlags;
+use crate::admission::rule_flags::RuleFlags;
 use crate::cluster_client::ClusterFlags;
 use crate::duration::parse_duration_arg;
 use crate::install::entry_policy::EntryPolicy;

@@ -24,22 +24,25 @@ pub(crate) mod patch;
 pub(crate) mod pod;
 pub(crate) mod pod_reach_guard;
 pub(crate) mod ports;
+mod registry;
 pub(crate) mod reservation;
 pub(crate) mod review;
+pub mod rule_flags;
 pub mod settings;
 
 use std::time::Duration;
 
 use crate::cache::Cache;
-use crate::entries::{ENDPOINTS, EndpointName, EndpointSpec};
+use crate::entries::ENDPOINTS;
 use crate::features::FeatureGates;
 use crate::memory::BodyShape;
 use crate::metrics::Metrics;
 pub use deadline::Deadline;
 pub use endpoint::Endpoint;
-use endpoint::TypedEndpoint;
 use env::Env;
 pub use env::Services;
+use registry::build_endpoint;
+pub use registry::registered_rules;
 use review::NoVerdict;
 pub use settings::Settings;
 
@@ -152,61 +155,6 @@ impl Admission {
 /// An enabled endpoint of one [`Admission`], as [`Admission::paths`] hands it out.
 #[derive(Clone, Copy, Debug)]
 pub struct EndpointId(usize);
-
-/// Every rule of every endpoint, whatever the gates, by name (a rule on two endpoints, as the
-/// colocation profile's on pods and Reservations, once): what `--rule-action` may name.
-pub fn registered_rules() -> Vec<actions::Rule> {
-    let mut rules: Vec<actions::Rule> = Vec::new();
-    for spec in ENDPOINTS {
-        for (name, shadowable) in build_endpoint(spec).rules() {
-            match rules.iter_mut().find(|r| r.name == name) {
-                Some(rule) => rule.webhooks.push(spec.path),
-                None => rules.push(actions::Rule {
-                    name,
-                    kind: spec.kind,
-                    shadowable,
-                    webhooks: vec![spec.path],
-                }),
-            }
-        }
-    }
-    rules
-}
-
-/// The chain behind each endpoint of the table: an exhaustive match, so a new [`EndpointName`]
-/// does not build until it has one.
-fn build_endpoint(spec: &'static EndpointSpec) -> Endpoint {
-    match spec.endpoint {
-        EndpointName::MutatePod => Endpoint::Pod(
-            TypedEndpoint::mutating_with_differ(spec, pod::mutators(), patch::pod::diff)
-                .requiring_object(),
-        ),
-        EndpointName::ValidatePod => {
-            Endpoint::Pod(TypedEndpoint::validating(spec, pod::validators()))
-        }
-        EndpointName::MutateElasticQuota => Endpoint::ElasticQuota(
-            TypedEndpoint::mutating(spec, elastic_quota::mutators()).requiring_object(),
-        ),
-        EndpointName::ValidateElasticQuota => {
-            Endpoint::ElasticQuota(TypedEndpoint::validating(spec, elastic_quota::validators()))
-        }
-        EndpointName::MutateNodeStatus => {
-            Endpoint::Node(TypedEndpoint::mutating(spec, node::status_mutators()))
-        }
-        EndpointName::ValidateNode => {
-            Endpoint::Node(TypedEndpoint::validating(spec, node::validators()))
-        }
-        EndpointName::MutateReservation => {
-            Endpoint::Reservation(TypedEndpoint::mutating(spec, reservation::mutators()))
-        }
-        EndpointName::ValidateColocationProfile => Endpoint::ColocationProfile(
-            TypedEndpoint::validating(spec, colocation_profile::validators()),
-        ),
-        EndpointName::ValidateConfigMap => {
-            Endpoint::ConfigMap(TypedEndpoint::validating(spec, configmap::validators()))
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! Framework tests with plugins made for the purpose: order, gates, panics, timeouts, patches.
 
+use crate::entries::EndpointSpec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

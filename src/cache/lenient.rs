@@ -21,8 +21,8 @@ use serde::de::{Deserialize, DeserializeOwned, Deserializer};
 use tokio::sync::mpsc;
 
 use super::quota_topology::UnreadableQuota;
+use super::quota_topology::{SharedTopology, write_topology};
 use super::unmanaged::requests_of_inner;
-use super::{SharedTopology, write_topology};
 use crate::apis::keys::QUOTA_PARENT;
 use crate::kube_events::{self, Note};
 use crate::metrics::labels::KindLabels;

@@ -10,7 +10,7 @@ use kube::core::metadata::PartialObjectMetaExt;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{CacheWriter, CachedObject};
+use super::handles::{CacheWriter, CachedObject};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -213,9 +213,9 @@ pub fn to_cached(value: Value) -> Result<CachedObject, String> {
         ("v1", "Namespace") => CachedObject::Namespace(de(value, &kind)?),
         ("scheduling.k8s.io/v1", "PriorityClass") => CachedObject::PriorityClass(de(value, &kind)?),
         ("v1", "Node") => CachedObject::Node(metadata_only(value, &kind)?),
-        ("v1", "Pod") => {
-            CachedObject::Pod(super::IndexedPod::from_meta(&metadata_only(value, &kind)?))
-        }
+        ("v1", "Pod") => CachedObject::Pod(super::pod_index::IndexedPod::from_meta(
+            &metadata_only(value, &kind)?,
+        )),
         _ => {
             return Err(format!(
                 "unsupported object apiVersion={api_version:?} kind={kind:?} (the cache holds ElasticQuota, \

@@ -7,6 +7,7 @@
 
 use crate::apis::meta::{annotation, label};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 use crate::apis::ElasticQuota;
 use crate::apis::keys::{
@@ -85,6 +86,16 @@ pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
     names.retain(|_| keep.next().unwrap_or(false));
     names.shrink_to_fit();
     names
+}
+
+/// The quota tree beside the ElasticQuota store: written with it, by whatever feeds the cache (the
+/// watch, `watch.rs` and `lenient.rs`; the files, `handles.rs`), read by the quota rules (which lay
+/// their own pending changes over it: `overlay.rs`, the ledger). Never held across an await.
+pub type SharedTopology = Arc<RwLock<QuotaTopology>>;
+
+/// A panic elsewhere must not take the quota webhooks down with a poisoned lock.
+pub(crate) fn write_topology(topology: &SharedTopology) -> RwLockWriteGuard<'_, QuotaTopology> {
+    topology.write().unwrap_or_else(|p| p.into_inner())
 }
 
 #[derive(Clone, Debug, Eq)]

@@ -19,11 +19,13 @@ use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use super::handles::CacheWriter;
 use super::lenient::{Lenient, SetAside, Unreadable};
+use super::pod_index::IndexedPod;
+use super::quota_topology::{QuotaInfo, SharedTopology, write_topology};
 use super::slim::Slim;
 use super::store::Writer;
 use super::unmanaged::{Unmanaged, map_event};
-use super::{CacheWriter, IndexedPod, QuotaInfo, SharedTopology, write_topology};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 use crate::metrics::cache::CacheMetrics;
 use crate::metrics::labels::KindLabels;

@@ -10,7 +10,8 @@
 use rcgen::KeyPair;
 use rustls::pki_types::{PrivateKeyDer, pem::PemObject};
 
-use super::{CertError, PemPair, authority};
+use super::authority;
+use super::issue::{CertError, PemPair};
 
 /// The Secret data keys koord-manager's webhook writes its CA under.
 pub const KOORDINATOR_CA_CERT: &str = "ca-cert.pem";

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use rcgen::{BasicConstraints, IsCa, Issuer, KeyPair, KeyUsagePurpose, PublicKeyData};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
 
-use super::{BACKDATE, CertError, PemPair, base_params, serving_params};
+use super::issue::{BACKDATE, CertError, PemPair, base_params, serving_params};
 
 /// Why a PEM document is not what was expected.
 #[derive(Debug, thiserror::Error)]

@@ -162,7 +162,8 @@ fn rule_settings(args: &ServeArgs) -> Settings {
 /// deployed view took Enforce mode's namespace for a shadow install's ConfigMaps.
 pub fn replica_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
     let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
-    let mut settings = rule_settings(args).auditing_endpoints(&audited);
+    let mut settings =
+        rule_settings(args).auditing_endpoints(&audited, &crate::admission::registered_rules());
     // A shadow keeps no record of its own on quotas, so it has none to guard (and must not
     // refuse another writer's, an enforcing koord-webhook's): its own user stays unknown.
     if args.operator.entries.mode == Mode::Shadow {

@@ -14,7 +14,8 @@ use crate::entries::narrowing::Calls;
 use crate::entries::narrowing::pod::PodReach;
 use crate::entries::{ENDPOINTS, WebhookKind};
 use crate::features::FeatureGates;
-use crate::install::{WebhookTarget, rbac, webhook_configurations};
+use crate::install::rbac;
+use crate::install::webhook_configurations::{self, WebhookTarget};
 use crate::names::{DEFAULT_NAMESPACE, Mode};
 
 /// docs/grafana-dashboard.json, which the chart's dashboard ConfigMap carries.

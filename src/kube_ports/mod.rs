@@ -5,18 +5,9 @@
 //! (`admission::pod::quota::store`, `admission::elastic_quota::ledger`); `review` and
 //! `serve --state` run without these, and tests use the in-memory ones beside the traits.
 
+mod errors;
 pub mod own_user;
 pub mod pod_reach;
 pub mod quota;
 pub mod quota_ledger;
 pub mod would_deny_events;
-
-use crate::admission::ports::StoreError;
-
-/// A failed API call as the ports report it: 409 is a conflict (read again), the rest as is.
-pub(crate) fn store_error(e: kube::Error) -> StoreError {
-    match e {
-        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
-        other => StoreError::Other(other.to_string()),
-    }
-}

@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
-use super::store_error;
+use super::errors::store_error;
 use crate::admission::ports::{PodReachGuard, StoreError};
 use crate::entries::narrowing::pod::{PodEntry, Reach};
 use crate::entries::narrowing::record::{EntryState, admit_plan, now_ms};

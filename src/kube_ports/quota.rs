@@ -16,7 +16,7 @@ pub struct KubeQuotaStore {
 fn store_error(e: kube::Error, name: &str) -> StoreError {
     match e {
         kube::Error::Api(s) if s.code == 404 => StoreError::NotFound(name.to_owned()),
-        other => super::store_error(other),
+        other => super::errors::store_error(other),
     }
 }
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
-use super::store_error;
+use super::errors::store_error;
 use crate::admission::ports::StoreError;
 use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
 use crate::names::{FIELD_MANAGER, QUOTA_LEDGER};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::CertMode;
+use super::config::CertMode;
 use crate::duration::parse_duration_arg;
 use crate::install::entry_policy::EntryPolicy;
 

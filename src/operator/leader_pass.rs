@@ -19,10 +19,10 @@ use kube::runtime::events::Recorder;
 use tokio::sync::{Notify, watch};
 
 use super::certificates::{Issuer, Next, PassError as CertificateError};
+use super::config::{CertMode, OperatorConfig, reporter};
 use super::leader::Leadership;
 use super::replicas::Replicas;
 use super::webhook_keeper::{self, Absence, ConfigurationError, Desired, Keeper, PodReachSource};
-use super::{CertMode, OperatorConfig, reporter};
 use crate::metrics::Metrics;
 use crate::metrics::labels::KindLabels;
 use crate::metrics::operator::PassStepLabels;

@@ -4,6 +4,7 @@
 
 pub mod certificates;
 pub mod child_requests;
+mod config;
 pub mod flags;
 pub mod leader;
 pub mod leader_pass;
@@ -23,7 +24,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Recorder;
 
 use crate::admission::pod::quota::evaluation::indexed_pod;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -36,61 +37,9 @@ use crate::names::Mode;
 use crate::names::namespace;
 use crate::names::{SECRET_CA, SECRET_TLS};
 use crate::state::State;
-use certificates::CertPolicy;
-use leader::{Leadership, LeaseTimings};
-use webhook_keeper::Desired;
-
-/// Who issues the serving certificate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum CertMode {
-    /// The operator issues and rotates its CA and serving certificate.
-    #[value(name = "self")]
-    SelfManaged,
-    /// `webhook-tls` comes from elsewhere (e.g. cert-manager); the operator only reads it.
-    External,
-}
-
-#[derive(Clone, Debug)]
-pub struct OperatorConfig {
-    pub identity: String,
-    pub leader_elect: bool,
-    pub lease: LeaseTimings,
-    pub cert_mode: CertMode,
-    pub policy: CertPolicy,
-    pub desired: Desired,
-    /// How long after quota evaluation last wrote a quota the leader may recount its child-request.
-    pub child_request_quiet: Duration,
-    /// How long after the last admitted change that needed a pod entry (and after its cache
-    /// synced) the leader may narrow it (`--narrow-hold`).
-    pub narrow_hold: Duration,
-    /// How long a watch may fail without a success before the replica turns unready
-    /// (`--watch-failure-bound`).
-    pub watch_failure_bound: Duration,
-    /// The ConfigMaps the rules read (namespace, name): the only ones the cache watches.
-    pub config_maps: Vec<(String, String)>,
-}
-
-/// The SANs of the serving certificate (docs/certificates.md).
-pub fn serving_hosts(webhook_host: Option<&str>, mode: Mode) -> Vec<String> {
-    let svc = mode.service_name();
-    let mut hosts = vec![
-        format!("{svc}.{}.svc", namespace()),
-        svc.to_owned(),
-        format!("{svc}.{}", namespace()),
-        format!("{svc}.{}.svc.cluster.local", namespace()),
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-    ];
-    if let Some(host) = webhook_host {
-        let host = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        hosts.retain(|h| *h != host);
-        hosts.insert(0, host);
-    }
-    hosts
-}
+pub(crate) use config::reporter;
+pub use config::{OperatorConfig, serving_hosts};
+use leader::Leadership;
 
 /// Runs the operator until `stop` fires; the admission server runs beside it: what every replica
 /// does (the cache, readiness, the serving pair, the pod entries its gates need), and what the
@@ -393,14 +342,6 @@ async fn watch_configurations(client: Client, mode: Mode, kick: Arc<Notify>) {
             tracing::warn!(error = %e, "watch of the webhook configurations failed; resuming");
         }
         kick.notify_waiters();
-    }
-}
-
-/// Who records this replica's Events.
-pub(crate) fn reporter(identity: &str) -> Reporter {
-    Reporter {
-        controller: "koord-webhook".to_owned(),
-        instance: Some(identity.to_owned()),
     }
 }
 

@@ -268,3 +268,117 @@ fn every_json_read_under_admission_is_metered() {
         unmetered.join("\n")
     );
 }
+
+/// Items a file takes from its own folder's `mod.rs` (through `super::` or the folder's `crate::`
+/// path) rather than from a sibling: (file, item). A folder's `mod.rs` registers and composes its
+/// children; what they share lives in a leaf beside them (docs/architecture.md, "Layers").
+fn from_folder_mod(src: &Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap();
+        let name = relative.file_name().unwrap().to_string_lossy().into_owned();
+        let folder = file.parent().unwrap();
+        let skip = name == "mod.rs"
+            || name == "tests.rs"
+            || relative.components().any(|c| c.as_os_str() == "tests")
+            || relative.parent().is_none_or(|p| p.as_os_str().is_empty())
+            || !folder.join("mod.rs").exists();
+        if skip {
+            continue;
+        }
+        let module_path = relative
+            .parent()
+            .unwrap()
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("::");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = text.split("\n#[cfg(test)]").next().unwrap_or_default();
+        let prefixes = ["super::".to_owned(), format!("crate::{module_path}::")];
+        for line in text.lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for prefix in &prefixes {
+                for (at, _) in code.match_indices(prefix.as_str()) {
+                    // `super::super::` climbs further: an ancestor's child, not this folder's.
+                    let rest = &code[at + prefix.len()..];
+                    if code[..at].ends_with("super::") || rest.starts_with("super::") {
+                        continue;
+                    }
+                    // `super::{a, b::c}` names several; `super::a::b` names `a` alone.
+                    let group: Vec<&str> = match rest.strip_prefix('{') {
+                        Some(inner) => inner
+                            .split('}')
+                            .next()
+                            .unwrap_or_default()
+                            .split(',')
+                            .collect(),
+                        None => vec![rest],
+                    };
+                    for part in group {
+                        let item: String = part
+                            .trim()
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '*')
+                            .collect();
+                        if item.is_empty() || item == "self" {
+                            continue;
+                        }
+                        let child = folder.join(format!("{item}.rs")).exists()
+                            || folder.join(&item).is_dir();
+                        if !child {
+                            found.push((relative.display().to_string(), item));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn no_child_takes_from_its_folders_mod_rs() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = from_folder_mod(&src);
+    assert!(
+        found.is_empty(),
+        "children importing their folder's mod.rs (move what they share into a leaf beside them):\n{}",
+        found
+            .iter()
+            .map(|(f, i)| format!("src/{f}: {i}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The check sees a child importing what its folder's `mod.rs` defines, by `super::` or by the
+/// folder's path, and not what a sibling defines.
+#[test]
+fn a_child_importing_its_folders_mod_rs_is_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("cache");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(
+        folder.join("mod.rs"),
+        "pub mod load;\npub mod shared;\npub struct Writer;\n",
+    )
+    .unwrap();
+    std::fs::write(folder.join("shared.rs"), "pub struct Shared;\n").unwrap();
+    std::fs::write(
+        folder.join("load.rs"),
+        "use super::shared::Shared;\nuse super::Writer;\nuse crate::cache::{shared, Other};\n",
+    )
+    .unwrap();
+    assert_eq!(
+        from_folder_mod(dir.path()),
+        [
+            ("cache/load.rs".to_owned(), "Other".to_owned()),
+            ("cache/load.rs".to_owned(), "Writer".to_owned())
+        ]
+    );
+}

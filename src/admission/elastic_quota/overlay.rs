@@ -131,20 +131,29 @@ impl Overlay {
         }
     }
 
+    /// Drops the pending change to `name`, if any, undoing it in the view.
+    pub fn forget(&mut self, topology: &QuotaTopology, name: &str) {
+        if self.pending.remove(name).is_some() {
+            if let Some((_, view)) = &mut self.view {
+                apply(view, name, topology.get(name).cloned());
+            }
+            if self.pending.is_empty() {
+                self.view = None;
+            }
+        }
+    }
+
     /// Records an admitted change to `name`, as the cache shows it now in `topology`. A change
     /// binding more namespaces than the overlay may hold is not kept (nor an earlier one of `name`).
     pub fn record(&mut self, topology: &QuotaTopology, name: String, change: Change) {
         let namespaces = change.as_ref().map_or(0, |info| info.namespaces.len());
         // A second change before the cache showed the first: the cache still holds what it held
         // at the first. The first's place is freed before making room.
-        let earlier = self.pending.remove(&name);
         if namespaces > MAX_PENDING_NAMESPACES {
-            if let (Some(_), Some((_, view))) = (&earlier, &mut self.view) {
-                apply(view, &name, topology.get(&name).cloned());
-            }
-            self.make_room(topology, 0);
+            self.forget(topology, &name);
             return;
         }
+        let earlier = self.pending.remove(&name);
         self.make_room(topology, namespaces);
         let seen_before = match earlier {
             Some(p) => p.seen_before,
@@ -237,6 +246,12 @@ mod tests {
         let view = overlay.view(&cache);
         assert_eq!(view.quota_for_namespace("x-0"), None);
         assert_eq!(view.quota_for_namespace("z-0"), Some("z"));
+
+        // Forgotten: undone in the view; the last one gone, the view is the cache's again.
+        overlay.forget(&cache, "y");
+        assert_eq!(overlay.view(&cache).quota_for_namespace("y-0"), None);
+        overlay.forget(&cache, "z");
+        assert!(std::ptr::eq(overlay.view(&cache), &cache));
     }
 
     #[test]

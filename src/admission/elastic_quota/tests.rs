@@ -704,7 +704,8 @@ fn a_child_created_just_after_its_parent_waits_for_the_parent() {
 fn a_quota_that_does_not_decode_blocks_the_changes_that_would_count_it() {
     use crate::admission::Admission;
     use crate::cache::quota_topology::UnreadableQuota;
-    use crate::cache::{CacheWriter, CachedObject, write_topology};
+    use crate::cache::quota_topology::write_topology;
+    use crate::cache::{CacheWriter, CachedObject};
     use crate::entries::VALIDATE_ELASTIC_QUOTA;
     use crate::metrics::Metrics;
 

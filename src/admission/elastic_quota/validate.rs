@@ -92,6 +92,14 @@ impl QuotaTreeRules {
                 "an admitted ElasticQuota change was never seen in the cluster; undone"
             );
         }
+        // A CREATE of a name a pending change holds: the API server stores one object per name,
+        // so that change was never stored (a forged review's) or this one will not be: checked
+        // without it, a forged CREATE cannot make the real one "already exist".
+        if *ctx.operation() == Operation::Create
+            && let Some(name) = ctx.object().and_then(|q| q.metadata.name.as_deref())
+        {
+            overlay.forget(&topology, name);
+        }
         let accepted = check_in(ctx, overlay.view(&topology))?;
         if !dry_run {
             match accepted {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use crate::admission::pod::object::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::Builder;
+use super::builder::Builder;
 
 /// The patch from `before` to `after`, equal to what the whole-object diff gives when applied.
 pub fn diff(mut before: Pod, mut after: Pod) -> Result<Option<Vec<u8>>, serde_json::Error> {

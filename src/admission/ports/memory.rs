@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 
-use super::{Dice, LedgerRecord, LedgerStore, PendingChange, QuotaStore, StoreError};
+use super::contracts::{Dice, LedgerRecord, LedgerStore, PendingChange, QuotaStore, StoreError};
 use crate::apis::ElasticQuota;
 
 /// An in-memory store with resourceVersion checks, for tests and benchmarks.

@@ -3,7 +3,7 @@
 
 use kube::runtime::events::{EventType, Recorder};
 
-use super::{WriteKind, Written};
+use super::written::{WriteKind, Written};
 use crate::kube_events::{self, Note};
 
 /// One Event per configuration and kind of write, regarding the configuration: the caBundle

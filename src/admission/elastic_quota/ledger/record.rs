@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{HARD_MAX_ENTRIES, MAX_ENTRIES, PENDING_TIMEOUT, SEEN_GRACE_SECONDS, WHOLE_RECORD};
+use super::bounds::{
+    HARD_MAX_ENTRIES, MAX_ENTRIES, PENDING_TIMEOUT, SEEN_GRACE_SECONDS, WHOLE_RECORD,
+};
 use crate::admission::ports::PendingChange;
 
 /// The last change of each of `keys` other than `id` itself, and an older replica's change under

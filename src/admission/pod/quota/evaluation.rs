@@ -7,9 +7,10 @@ use kube::core::admission::Operation;
 
 use super::evaluator::{AUDIT_CHILD_REQUEST, Admission, ChildRequests, Evaluator};
 use super::replace_resources;
-use super::{pod_namespace, resolve_quota_name, resolve_quota_name_of};
+use super::resolve::{resolve_quota_name, resolve_quota_name_of};
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::Rejection;
+use crate::admission::pod::object::pod_namespace;
 use crate::admission::pod::requests::{negative_request, pod_requests};
 use crate::apis::keys::QUOTA_NAME;
 use crate::apis::keys::{DEFAULT_QUOTA, ROOT_QUOTA, SYSTEM_QUOTA};

@@ -3,9 +3,10 @@
 use crate::admission::pod::object::Pod;
 use kube::core::admission::Operation;
 
-use super::{pod_namespace, resolve_quota_name};
+use super::resolve::resolve_quota_name;
 use crate::admission::chain::{Ctx, Step, Validator};
 use crate::admission::outcome::{PluginResult, Rejection};
+use crate::admission::pod::object::pod_namespace;
 use crate::apis::keys::DEFAULT_QUOTA;
 use crate::features::Gate;
 

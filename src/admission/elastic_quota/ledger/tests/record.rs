@@ -2,6 +2,7 @@
 //! can do to real changes.
 
 use super::*;
+use crate::admission::elastic_quota::ledger::bounds::SEEN_GRACE_SECONDS;
 
 /// `next_record` with every key stored unless `stored` says otherwise.
 fn next(

@@ -1,0 +1,34 @@
+//! The ledger's times and sizes: how long a change stays pending, how long a request waits, and
+//! what the record holds (`mod.rs` waits and writes by them, `record.rs` trims by them).
+
+use std::time::Duration;
+
+/// After this long (on the local clock, from when this replica first saw it) a change still not in
+/// the cache is taken as not happening. Longer than the API server's webhook timeout (10 s).
+pub const PENDING_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest a request waits for the changes before it; then a retryable denial.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+/// How often a waiting request looks at its cache again.
+pub const POLL: Duration = Duration::from_millis(10);
+/// The record's key replicas read before keyed ledgers: still written (the newest change), and
+/// waited for when a replica of such a version wrote it (its change is under no other key).
+pub const WHOLE_RECORD: &str = "last-change";
+/// Entries the record keeps at most while older ones can go: beyond this, entries this replica's
+/// cache has shown for [`SEEN_GRACE_SECONDS`] and entries past [`PENDING_TIMEOUT`] leave, oldest
+/// first; entries older than twice [`PENDING_TIMEOUT`] go in any case: nobody waits for them any
+/// more.
+pub const MAX_ENTRIES: usize = 256;
+/// Keys one write records at most, and one change may have: a batch leaves room in the record
+/// for what others wait for.
+pub const BATCH_KEYS: usize = MAX_ENTRIES / 2;
+/// Entries the record holds at most (~200 KiB, within a ConfigMap's 1 MiB). Up to this, young
+/// entries not yet seen stay (another replica may still have to wait for them); beyond it, a
+/// write makes room instead of being refused: first from entries under keys the cache does not
+/// store (a tree no quota is in, a namespace no quota binds: a forged review's, or a create not yet
+/// delivered), then from the tree holding the most entries (`record::next_record`). So no caller
+/// can make the record refuse a change whose keys it does not share, and entries under the
+/// cluster's own keys (one per key) leave only when the cluster has more of those than this.
+pub const HARD_MAX_ENTRIES: usize = MAX_ENTRIES * 4;
+/// An entry this replica's cache shows may leave a full record once it is this old (seconds): the
+/// other replicas' watches have had the time to deliver it too.
+pub(super) const SEEN_GRACE_SECONDS: i64 = 2;
