@@ -174,35 +174,75 @@ pub struct Plan {
 
 /// The CA, then the serving pair, as docs/certificates.md orders them.
 pub fn plan(observed: Observed, policy: &CertPolicy, now: SystemTime) -> Result<Plan, CertError> {
-    let mut events = Vec::new();
-    let mut issued = Vec::new();
-    let stored_ca = observed.ca;
-    let stored_tls = observed.tls;
+    let mut noted = Noted::default();
+    let adopted = adoption(observed.koordinator_ca, observed.adopted_before, &mut noted);
+    let ca = the_ca(
+        observed.ca.as_ref(),
+        adopted,
+        observed.tls.as_ref(),
+        policy,
+        now,
+        &mut noted,
+    )?;
+    let tls = the_serving_pair(&ca, observed.tls.as_ref(), policy, now, &mut noted)?;
+    Ok(Plan {
+        write_ca: Some(&ca) != observed.ca.as_ref(),
+        write_tls: Some(&tls) != observed.tls.as_ref(),
+        ca,
+        tls,
+        events: noted.events,
+        issued: noted.issued,
+    })
+}
 
-    // The CA: kept while usable (an expired one is as good as lost); on first start koord-manager's
-    // when it has a usable one; else a new one.
-    let usable = stored_ca
-        .clone()
-        .filter(|ca| !authority::expired(ca.ca.cert_pem.as_bytes(), now));
-    let adopted = match observed.koordinator_ca {
+/// What a plan's steps record: the Events to write and the certificates issued.
+#[derive(Default)]
+struct Noted {
+    events: Vec<CertEvent>,
+    issued: Vec<Certificate>,
+}
+
+/// koord-manager's CA when it is to be taken over (a first start), and the Event saying so, or
+/// why not, or that it was taken over before.
+fn adoption(
+    koordinator_ca: Option<KoordinatorCa>,
+    adopted_before: Option<AdoptedBefore>,
+    noted: &mut Noted,
+) -> Option<PemPair> {
+    match koordinator_ca {
         Some(KoordinatorCa { secret, ca: Ok(ca) }) => {
-            events.push(CertEvent::CaAdopted { secret });
+            noted.events.push(CertEvent::CaAdopted { secret });
             Some(ca)
         }
         Some(KoordinatorCa { secret, ca: Err(e) }) => {
-            events.push(CertEvent::CaNotAdopted {
+            noted.events.push(CertEvent::CaNotAdopted {
                 secret,
                 why: e.to_string(),
             });
             None
         }
         None => {
-            if let Some(before) = observed.adopted_before {
-                events.push(CertEvent::CaAdoptionSpent(before));
+            if let Some(before) = adopted_before {
+                noted.events.push(CertEvent::CaAdoptionSpent(before));
             }
             None
         }
-    };
+    }
+}
+
+/// The CA: kept while usable (an expired one is as good as lost); on first start koord-manager's
+/// when it has a usable one; else a new one; renewed in stages when due.
+fn the_ca(
+    stored: Option<&CaState>,
+    adopted: Option<PemPair>,
+    stored_tls: Option<&TlsState>,
+    policy: &CertPolicy,
+    now: SystemTime,
+    noted: &mut Noted,
+) -> Result<CaState, CertError> {
+    let usable = stored
+        .cloned()
+        .filter(|ca| !authority::expired(ca.ca.cert_pem.as_bytes(), now));
     let mut ca = match (usable, adopted) {
         (Some(ca), _) => ca,
         (None, Some(ca)) => CaState {
@@ -211,36 +251,7 @@ pub fn plan(observed: Observed, policy: &CertPolicy, now: SystemTime) -> Result<
             phase: Phase::Stable,
             since: Some(timestamp(now)),
         },
-        (None, None) => {
-            // Lost or unusable. When API servers still trust a serving pair in place, the new CA
-            // goes through the stages of a planned rotation: the old trust (certificates only: its
-            // key is gone) stays published beside it, and the old pair serves until Draining.
-            let still_trusted = stored_tls.as_ref().filter(|tls| {
-                authority::verify_serving_at(
-                    tls.serving.cert_pem.as_bytes(),
-                    tls.bundle.as_bytes(),
-                    policy.verify_host(),
-                    now,
-                )
-                .is_ok()
-            });
-            issued.push(Certificate::Ca);
-            events.push(CertEvent::CaIssued {
-                beside_old_trust: still_trusted.is_some(),
-            });
-            CaState {
-                ca: authority::issue_ca_at(policy.ca_validity, now)?,
-                previous: still_trusted.map(|tls| PemPair {
-                    cert_pem: tls.bundle.clone(),
-                    key_pem: String::new(),
-                }),
-                phase: match still_trusted {
-                    Some(_) => Phase::Publishing,
-                    None => Phase::Stable,
-                },
-                since: Some(timestamp(now)),
-            }
-        }
+        (None, None) => a_new_ca(stored_tls, policy, now, noted)?,
     };
     if ca.phase == Phase::Stable
         && authority::needs_renewal(ca.ca.cert_pem.as_bytes(), policy.renew_fraction, now)
@@ -251,20 +262,65 @@ pub fn plan(observed: Observed, policy: &CertPolicy, now: SystemTime) -> Result<
             phase: Phase::Publishing,
             since: Some(timestamp(now)),
         };
-        issued.push(Certificate::Ca);
-        events.push(CertEvent::CaRotationStarted);
+        noted.issued.push(Certificate::Ca);
+        noted.events.push(CertEvent::CaRotationStarted);
     }
     // A phase whose start is missing, unparsable or ahead of this clock (another leader's clock ran
     // ahead) would end late or never: it starts now.
     if ca.phase != Phase::Stable && ca.since.is_none_or(|since| since > timestamp(now)) {
         ca.since = Some(timestamp(now));
     }
+    Ok(ca)
+}
 
-    // The serving pair: kept while it verifies against the CA that signs in this phase and is not
-    // due; after a lost CA the old trust cannot sign, so its pair serves, due or not, until
-    // Draining (verification refuses it once expired).
-    let (bundle, signer) = bundle_and_signer(&ca);
-    let keep = stored_tls.as_ref().filter(|tls| {
+/// A CA for one lost or unusable. When API servers still trust a serving pair in place, the new CA
+/// goes through the stages of a planned rotation: the old trust (certificates only: its key is
+/// gone) stays published beside it, and the old pair serves until Draining.
+fn a_new_ca(
+    stored_tls: Option<&TlsState>,
+    policy: &CertPolicy,
+    now: SystemTime,
+    noted: &mut Noted,
+) -> Result<CaState, CertError> {
+    let still_trusted = stored_tls.filter(|tls| {
+        authority::verify_serving_at(
+            tls.serving.cert_pem.as_bytes(),
+            tls.bundle.as_bytes(),
+            policy.verify_host(),
+            now,
+        )
+        .is_ok()
+    });
+    noted.issued.push(Certificate::Ca);
+    noted.events.push(CertEvent::CaIssued {
+        beside_old_trust: still_trusted.is_some(),
+    });
+    Ok(CaState {
+        ca: authority::issue_ca_at(policy.ca_validity, now)?,
+        previous: still_trusted.map(|tls| PemPair {
+            cert_pem: tls.bundle.clone(),
+            key_pem: String::new(),
+        }),
+        phase: match still_trusted {
+            Some(_) => Phase::Publishing,
+            None => Phase::Stable,
+        },
+        since: Some(timestamp(now)),
+    })
+}
+
+/// The serving pair: kept while it verifies against the CA that signs in this phase and is not
+/// due; after a lost CA the old trust cannot sign, so its pair serves, due or not, until Draining
+/// (verification refuses it once expired).
+fn the_serving_pair(
+    ca: &CaState,
+    stored: Option<&TlsState>,
+    policy: &CertPolicy,
+    now: SystemTime,
+    noted: &mut Noted,
+) -> Result<TlsState, CertError> {
+    let (bundle, signer) = bundle_and_signer(ca);
+    let keep = stored.filter(|tls| {
         authority::verify_serving_at(
             tls.serving.cert_pem.as_bytes(),
             signer.cert_pem.as_bytes(),
@@ -288,20 +344,12 @@ pub fn plan(observed: Observed, policy: &CertPolicy, now: SystemTime) -> Result<
             } else {
                 signer
             };
-            issued.push(Certificate::Serving);
-            events.push(CertEvent::CertificateIssued);
+            noted.issued.push(Certificate::Serving);
+            noted.events.push(CertEvent::CertificateIssued);
             authority::issue_serving_at(signer, &policy.hosts, policy.cert_validity, now)?
         }
     };
-    let tls = TlsState { serving, bundle };
-    Ok(Plan {
-        write_ca: Some(&ca) != stored_ca.as_ref(),
-        write_tls: Some(&tls) != stored_tls.as_ref(),
-        ca,
-        tls,
-        events,
-        issued,
-    })
+    Ok(TlsState { serving, bundle })
 }
 
 /// The bundle the API servers are told to trust, and the CA that signs serving in this phase: both
