@@ -179,7 +179,8 @@ impl LeaderPass {
     /// A pass within [`PASS_TIMEOUT`] (a hung API call must not keep a pass, and its stale view of
     /// leadership, alive); a failed step logged and counted by its name. When the next is due.
     pub async fn run_logged(&self, metrics: &Metrics) -> Duration {
-        let outcome = match tokio::time::timeout(PASS_TIMEOUT, self.run_once(metrics)).await {
+        let pass = Box::pin(self.run_once(metrics));
+        let outcome = match tokio::time::timeout(PASS_TIMEOUT, pass).await {
             Ok(outcome) => outcome,
             Err(_) => Err(StepError::TimedOut(PASS_TIMEOUT)),
         };

@@ -54,9 +54,15 @@ pub async fn run(
     let kick = Arc::new(Notify::new());
     let (leadership, election) = leader::election_if(config.leader_elect, config.lease);
     let (pass_cache, recount_cache) = (writer.reader(), writer.reader());
+    // Each task boxed: nested in one future, their state machines overflowed a debug build's stack.
     let every_replica = async {
         tokio::join!(
-            follow_cluster(client.clone(), &config, state.clone(), writer),
+            Box::pin(follow_cluster(
+                client.clone(),
+                &config,
+                state.clone(),
+                writer
+            )),
             watch_serving_pair(client.clone(), state.clone(), kick.clone()),
             watch_configurations(
                 client.clone(),
@@ -64,31 +70,40 @@ pub async fn run(
                 kick.clone()
             ),
             watch_ca_secret(client.clone(), kick.clone()),
-            check_readiness(client.clone(), &config, state.clone(), kick.clone()),
-            keep_pod_entries_wide_for_gates(client.clone(), &config, state.clone()),
+            Box::pin(check_readiness(
+                client.clone(),
+                &config,
+                state.clone(),
+                kick.clone()
+            )),
+            Box::pin(keep_pod_entries_wide_for_gates(
+                client.clone(),
+                &config,
+                state.clone()
+            )),
         )
     };
     let the_leader = async {
         tokio::join!(
             elect(client.clone(), &config, election, stop),
-            lead(
+            Box::pin(lead(
                 client.clone(),
                 &config,
                 leadership.clone(),
                 kick.clone(),
                 &state,
                 pass_cache
-            ),
-            recount_child_requests(
+            )),
+            Box::pin(recount_child_requests(
                 client.clone(),
                 &config,
                 leadership.clone(),
                 &state,
                 recount_cache
-            ),
+            )),
         )
     };
-    tokio::join!(every_replica, the_leader);
+    tokio::join!(Box::pin(every_replica), Box::pin(the_leader));
 }
 
 /// The cache's watches, and readiness once they have synced and while they keep up.
