@@ -28,8 +28,9 @@ pub const AUDIT_CHILD_REQUEST: &str = "child-request";
 /// one quota into one write, so conflicts come from the other replicas writing the same quota: under
 /// a burst through two replicas three attempts back to back lost often enough to deny whole
 /// batches. Koordinator retries a conflict 5 times 10 ms apart; a batch here carries many pods, so
-/// it retries longer, apart by a jittered, growing pause (at most about 1 s in all).
-pub const MAX_WRITE_ATTEMPTS: usize = 10;
+/// it retries longer, apart by a jittered, growing pause (at most about 2 s in all: with 10
+/// attempts, 24 of a 1,000-pod burst at 200/s into one quota were still refused on 2 cores).
+pub const MAX_WRITE_ATTEMPTS: usize = 16;
 
 /// The pause after the `attempt`-th conflict: 10 ms x attempt, +-50 %, so two replicas that
 /// conflicted do not read and write again in step.
@@ -424,7 +425,7 @@ mod tests {
             );
         }
         let all: Duration = (1..MAX_WRITE_ATTEMPTS).map(conflict_backoff).sum();
-        assert!(all < Duration::from_millis(700), "{all:?}");
+        assert!(all < Duration::from_millis(1800), "{all:?}");
     }
 
     fn quota(annotations: serde_json::Value) -> ElasticQuota {
