@@ -128,14 +128,12 @@ pub fn patch(response: &Value) -> Vec<Value> {
 /// Posts a quota CREATE of `quota` straight to a replica at `addr` (not through the API server,
 /// which never stores it: a forged review) and asserts it was admitted into the ledger.
 pub async fn forge_quota_create(addr: std::net::SocketAddr, namespace: &str, quota: Value) {
-    let body = serde_json::to_vec(&admission_review(
-        &ELASTIC_QUOTA,
-        "CREATE",
-        namespace,
-        quota,
-        Value::Null,
-    ))
-    .unwrap();
+    static FORGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut review = admission_review(&ELASTIC_QUOTA, "CREATE", namespace, quota, Value::Null);
+    // Each forgery is a new change, as a forger would make it.
+    let n = FORGED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    review["request"]["uid"] = format!("forged-{n}").into();
+    let body = serde_json::to_vec(&review).unwrap();
     let mut conn = super::tls_client::connect(addr, super::tls_client::Proto::Http1)
         .await
         .unwrap();

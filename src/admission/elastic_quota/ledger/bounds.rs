@@ -3,11 +3,21 @@
 
 use std::time::Duration;
 
-/// After this long (on the local clock, from when this replica first saw it) a change still not in
-/// the cache is taken as not happening. Longer than the API server's webhook timeout (10 s).
+/// After this long (on the local clock) a change still not in the cache may leave a full record:
+/// every replica stopped waiting for it at [`MAX_WAIT`], and a real one would have been stored
+/// within the API server's webhook timeout (10 s).
 pub const PENDING_TIMEOUT: Duration = Duration::from_secs(15);
-/// The longest a request waits for the changes before it; then a retryable denial.
+/// How long a change not yet in the cache is waited for, from when this replica first saw it: a
+/// real one normally shows within milliseconds of its admission. After this the next change is
+/// checked against the cache without it, as if it will not happen, so a change the API server
+/// never stores (a forged review) delays the changes under its keys by this much at most and
+/// refuses none. The price: a real change the API server stores later than this (behind a
+/// webhook slower than 5 s) is not waited for, and the next change under its keys is checked
+/// without it, as each Koordinator replica checks against its own cache.
 pub const MAX_WAIT: Duration = Duration::from_secs(5);
+/// The longest a request tries: past it (changes under its keys kept being recorded ahead of it)
+/// a retryable denial. Under the API server's 10 s webhook timeout.
+pub const GIVE_UP: Duration = Duration::from_secs(8);
 /// How often a waiting request looks at its cache again.
 pub const POLL: Duration = Duration::from_millis(10);
 /// The record's key replicas read before keyed ledgers: still written (the newest change), and

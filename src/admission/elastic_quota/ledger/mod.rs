@@ -6,9 +6,10 @@
 //! resourceVersion: one shared record (a ConfigMap in cluster mode) names, per key, the last admitted
 //! change, and a replica may admit the next one only
 //! 1. once the last change of each of its keys is visible in its own cache (the watch has delivered
-//!    it, and with it every change before it), or has been pending so long ([`PENDING_TIMEOUT`], on
-//!    this replica's clock) that it will not happen (denied by a later admission step, its request
-//!    timed out, or a review forged by a caller that is not the API server);
+//!    it, and with it every change before it), or this replica has seen it pending for
+//!    [`MAX_WAIT`] (a real change shows within milliseconds; one still missing was denied by a
+//!    later admission step, its request timed out, or it is a review forged by a caller that is not
+//!    the API server);
 //! 2. after checking the rules against that cache; and
 //! 3. by writing itself as the last change of its keys, conditional on the record's version it
 //!    read. Two replicas that both passed step 2 cannot both win step 3: the loser reads again and,
@@ -20,10 +21,11 @@
 //!
 //! The keys ([`keys_of`]) are what a change can meet: the tree of each quota it touches (old and new
 //! parent: the top-most ancestor under the root quota, by the cache) and each namespace it binds.
-//! Changes in different trees never wait for each other, so a change the API server never stores
-//! (a forged review) holds up only the trees it names, for [`PENDING_TIMEOUT`]. Before, one record
-//! held every quota change in the cluster behind it: one forged review every ~10 s kept every quota
-//! change answering 429.
+//! Changes in different trees never wait for each other, and a change the API server never stores
+//! (a forged review) delays those under its keys by [`MAX_WAIT`] at most and refuses none: they are
+//! then checked against the cache without it. Before, it held them for [`PENDING_TIMEOUT`] and
+//! refused them (429) after 5 s, renewable by forging again; and before keys, one record held every
+//! quota change in the cluster behind it.
 //!
 //! The record is bounded ([`HARD_MAX_ENTRIES`]) but never full: a write that would go beyond the
 //! bound drops entries instead of being refused, those past [`PENDING_TIMEOUT`] first (every
@@ -36,8 +38,9 @@
 //! each other, as a replica checking against its own cache alone would check them; and a real
 //! change loses its entry that way only to a flood of entries that outnumber it in every tree.
 //!
-//! A request that waits longer than [`MAX_WAIT`] gets a retryable denial (429), never a wrong
-//! admission. Dry runs change nothing and skip the ledger.
+//! A request gets a retryable denial (429), never a wrong admission, only when changes under its
+//! keys kept being recorded ahead of it for [`GIVE_UP`]. Queued changes are written oldest first.
+//! Dry runs change nothing and skip the ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -57,7 +60,8 @@ mod record;
 mod tests;
 
 pub use bounds::{
-    BATCH_KEYS, HARD_MAX_ENTRIES, MAX_ENTRIES, MAX_WAIT, PENDING_TIMEOUT, POLL, WHOLE_RECORD,
+    BATCH_KEYS, GIVE_UP, HARD_MAX_ENTRIES, MAX_ENTRIES, MAX_WAIT, PENDING_TIMEOUT, POLL,
+    WHOLE_RECORD,
 };
 use keys::Stored;
 pub use keys::{change_of, keys_of, visible};
@@ -124,6 +128,9 @@ struct Queued {
     writes: u64,
     /// What tells the flush which entries this replica has seen.
     cache: Cache,
+    /// When its request started trying: of two queued changes under one key the older is written
+    /// first, so changes that keep arriving cannot keep one from being recorded.
+    since: Instant,
     reply: oneshot::Sender<Verdict>,
 }
 
@@ -166,10 +173,12 @@ impl Ledger {
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
                 let first_seen = self.inner.first_seen(&last.id);
-                while !visible(last, cache) && first_seen.elapsed() < PENDING_TIMEOUT {
-                    if started.elapsed() >= MAX_WAIT {
-                        return Err(busy(last));
-                    }
+                // A request waits MAX_WAIT in all: after losing a write to a change recorded
+                // since, it does not wait for that one afresh.
+                while !visible(last, cache)
+                    && first_seen.elapsed() < MAX_WAIT
+                    && started.elapsed() < MAX_WAIT
+                {
                     tokio::time::sleep(POLL).await;
                 }
             }
@@ -194,6 +203,7 @@ impl Ledger {
                 epoch: snapshot.epoch,
                 writes: snapshot.writes,
                 cache: cache.clone(),
+                since: started,
                 reply,
             };
             self.inner.enqueue(queued);
@@ -205,7 +215,7 @@ impl Ledger {
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
                 Ok(Verdict::Stale) => {
-                    if started.elapsed() >= MAX_WAIT {
+                    if started.elapsed() >= GIVE_UP {
                         let last = record.last.get(WHOLE_RECORD).unwrap_or(&change);
                         return Err(busy(last));
                     }
@@ -276,6 +286,7 @@ impl Inner {
     async fn write_queued(&self, deferred: &mut Vec<Queued>) {
         let mut known = self.known.lock().await;
         let mut queued = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        queued.sort_by_key(|q| q.since);
         for _ in 0..FLUSH_ATTEMPTS {
             if queued.is_empty() {
                 return;
