@@ -507,6 +507,7 @@ class Sampler(threading.Thread):
                          "threads": int(status["Threads"]), "ready": r.ready(),
                          "series": sum(1 for x in text.splitlines() if x and not x.startswith("#")) if text else None,
                          "admitted": admissions(text) if text else None,
+                         "leader": metric_sum(text, "koord_webhook_leader") if text else None,
                          "watch_restarts": metric_sum(text, "koord_webhook_watch_restarts_total") if text else None})
         ledger = c.get(f"/api/v1/namespaces/{NS}/configmaps/koord-webhook-quota-ledger")
         quotas = c.get("/apis/scheduling.sigs.k8s.io/v1alpha1/elasticquotas")
@@ -570,6 +571,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--fault-every", type=float, default=5, metavar="MIN")
+    ap.add_argument("--faults-for", type=float, metavar="MIN",
+                    help="faults only in the first MIN minutes (default: all along): the quiet rest shows the "
+                         "processes the faults started, past their warm-up")
     ap.add_argument("--faults", default=",".join(FAULTS), help="the faults, in turn (default: all)")
     ap.add_argument("--warmup", type=float, default=10, metavar="MIN", help="slopes leave out the first MIN minutes")
     ap.add_argument("--sample-every", type=float, default=30, metavar="S")
@@ -621,7 +625,8 @@ def main():
         t0 = now()
         end = t0 + args.minutes * 60
         sampler = Sampler(cluster, args.sample_every, os.path.join(WORK, "samples.jsonl"), second.proc.pid)
-        faults = Faults(cluster, kinds, t0, args.fault_every * 60, end)
+        faults = Faults(cluster, kinds, t0, args.fault_every * 60,
+                        min(end, t0 + 60 + args.faults_for * 60) if args.faults_for else end)
         threads = [sampler, faults] + churn(apis, quotas, size, adm)
         for t in (sampler, faults):
             t.start()

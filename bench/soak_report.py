@@ -27,9 +27,13 @@ FAULT_NAMES = {"apiserver": "API-server restart", "leader": "leader replica kill
 # kind) stay under them; a leak of one fd or thread per fault, or of a series per request, does not.
 FLAT_RISE = {"fds": 4, "threads": 2, "series": 20}
 RSS_LIMIT_PER_H = MIB
-# A restarted replica's first minutes (its cache filling) are left out of its series; --check judges
-# only series at least --check-span minutes long (over a few minutes a slope is mostly noise).
-SETTLE_S = 120
+# A process's first minutes after it starts or changes role are left out of its series: its cache
+# filling, then the allocator and the pod index reaching their working set under the churn (in the
+# 2026-11-29 runs a replacement follower rose ~4 MiB over 15-20 minutes to the plateau the long-lived
+# replicas held from the start; a new leader stepped ~2.5 MiB over ~10 minutes: the leader's tasks).
+# --check judges only series at least --check-span minutes long (over a few minutes a slope is
+# mostly noise).
+SETTLE_S = 20 * 60
 
 
 def slope(points):
@@ -95,7 +99,8 @@ def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows)
     size = SIZES[args.size]
     failures = []
     lines = [f"## Soak ({time.strftime('%Y-%m-%d')}): {(end - t0) / 60:.0f} minutes, two replicas, a fault every "
-             f"{args.fault_every:g} minutes", "",
+             f"{args.fault_every:g} minutes" + (f" for the first {args.faults_for:g}" if getattr(args, "faults_for", None)
+                                       else ""), "",
              f"Commit {git('rev-parse', '--short', 'HEAD')}{dirty}, binary `{shown}` (built "
              f"{built}). State {args.size} ({size['nodes']:,} nodes, {size['pods']:,} pods, "
              f"{size['trees'] * (size['children'] + 1):,} quotas, {size['reservations']:,} Reservations, "
@@ -103,8 +108,9 @@ def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows)
              f"between them; two replicas (leader election, `EnableQuotaAdmission`) as the installed "
              f"ServiceAccount, each reaching the first API server through a relay of its own. Samples every "
              f"{args.sample_every:g} s; slopes per hour by least squares over the samples after the first "
-             f"{args.warmup:g} minutes, per process (a replica replaced by a fault starts a series of its own, "
-             f"from {SETTLE_S // 60} minutes after its start); `--check` judges series of {args.check_span:g} "
+             f"{args.warmup:g} minutes, per process (a replica replaced by a fault starts a series of its own), "
+             f"each from {SETTLE_S // 60} minutes after the process started and after its last change of role "
+             f"(leader or follower, `koord_webhook_leader`); `--check` judges series of {args.check_span:g} "
              f"minutes or more. API-server requests: `apiserver_flowcontrol_dispatched_requests_total` of a "
              f"FlowSchema matching the replica's own group, summed across API-server restarts.", "",
              "| churn | rate asked | sent | failed | of them outside fault windows | 429 answered (retried) |",
@@ -122,8 +128,12 @@ def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows)
     rows = [s for s in samples if "slot" in s]
     cl = [s for s in samples if "cluster" in s]
     for p in cluster.processes:
-        since = max(t0 + args.warmup * 60, p["started"] + SETTLE_S if p["started"] > t0 else 0)
-        mine = [s for s in rows if s["pid"] == p["pid"] and s["t"] >= since]
+        all_mine = [s for s in rows if s["pid"] == p["pid"]]
+        roles = [b["t"] for a, b in zip(all_mine, all_mine[1:]) if a.get("leader") != b.get("leader")]
+        since = max(t0 + args.warmup * 60, p["started"] + SETTLE_S if p["started"] > t0 else 0,
+                    roles[-1] + SETTLE_S if roles else 0)
+        mine = [s for s in all_mine if s["t"] >= since]
+        role = {1: "leader", 0: "follower"}.get(mine[-1].get("leader") if mine else None, "?")
         if len(mine) < 3:
             continue
         judged = (mine[-1]["t"] - mine[0]["t"]) / 60 >= args.check_span
@@ -146,7 +156,8 @@ def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows)
                   if s["requests"] and mine[0]["t"] <= s["t"] <= mine[-1]["t"]]
         f = fitted([((a[0] + b[0]) / 2 - t0, (b[1] - a[1]) / (b[0] - a[0]) * 60) for a, b in zip(counts, counts[1:])])
         cells.append(f"{f[4]:.0f}, {f[2]:+.1f}/h" if f else "-")
-        lines.append(f"| {p['identity']} (pid {p['pid']}){'' if judged else ', too short to judge'} | "
+        lines.append(f"| {p['identity']} (pid {p['pid']}, {role}, {len(roles)} role changes)"
+                     f"{'' if judged else ', too short to judge'} | "
                      f"{minutes(mine[0]['t'])}–{minutes(mine[-1]['t'])} | " + " | ".join(cells) + " |")
 
     lines += ["", "| cluster | first → last | slope |", "| --- | ---: | ---: |"]
