@@ -54,6 +54,7 @@ gates! {
     EnablePodEnhancedValidator = false, koordinator off, "`PodEnhancedValidator`: the pod checks of Koordinator's enhanced validator";
     AmplifyNodeCapacity = true, koordinator none, "node amplification multiplies `capacity` too (kept in `raw-capacity`); off, capacity is left as reported, as v1.8.0 leaves it";
     ReservationAffinityValidation = false, koordinator none, "`ReservationAffinity`: a pod's reservation affinity is checked";
+    ReservationTtlLimit = true, koordinator none, "a new Reservation's `ttl` is held to `--max-reservation-ttl` (no limit unless that flag is set)";
 }
 
 impl Gate {

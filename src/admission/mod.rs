@@ -6,6 +6,7 @@
 //! registering one is a line in that folder's `mod.rs`.
 
 pub mod actions;
+pub(crate) mod caller;
 pub(crate) mod chain;
 pub(crate) mod colocation;
 pub(crate) mod colocation_profile;
@@ -28,6 +29,8 @@ mod registry;
 pub(crate) mod reservation;
 pub(crate) mod review;
 pub mod rule_flags;
+#[cfg(test)]
+pub(crate) mod rule_harness;
 pub mod settings;
 
 use std::time::Duration;

@@ -52,6 +52,10 @@ pub struct RuleFlags {
     /// (system:serviceaccount:NAMESPACE:koord-webhook).
     #[arg(long, env = "KOORD_WEBHOOK_OWN_USER", value_name = "USER")]
     pub own_user: Option<String>,
+    /// The longest `ttl` a new Reservation may ask for (e.g. `72h`); a longer one, or `0` (never
+    /// expires), is refused. Default: no limit, as Koordinator.
+    #[arg(long, env = "KOORD_WEBHOOK_MAX_RESERVATION_TTL", value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub max_reservation_ttl: Option<std::time::Duration>,
 }
 
 impl RuleFlags {
@@ -81,6 +85,7 @@ impl RuleFlags {
                 .clone()
                 .map(OwnUser::known)
                 .unwrap_or_default(),
+            max_reservation_ttl: self.max_reservation_ttl,
         }
     }
 }

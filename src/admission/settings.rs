@@ -26,6 +26,8 @@ pub struct Settings {
     pub actions: RuleActions,
     /// The user koord-webhook's own writes carry (`--own-user`, or learned from the API server).
     pub own_user: OwnUser,
+    /// The longest `ttl` a new Reservation may ask for (`--max-reservation-ttl`; none: no limit).
+    pub max_reservation_ttl: Option<std::time::Duration>,
 }
 
 /// The user name the API server gives the replicas' own requests: only that user may write
@@ -75,6 +77,7 @@ impl Default for Settings {
             child_request_window: DEFAULT_CHILD_REQUEST_WINDOW,
             actions: RuleActions::default(),
             own_user: OwnUser::known(crate::names::service_account_user()),
+            max_reservation_ttl: None,
         }
     }
 }

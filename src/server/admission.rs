@@ -138,11 +138,10 @@ pub async fn handle(
     };
     drop(held);
 
-    match shared
+    let review = shared
         .admission
-        .review_at(endpoint, &body, shape, deadline_at)
-        .await
-    {
+        .review_at(endpoint, &body, shape, deadline_at);
+    match crate::admission::caller::answering_for(from, review).await {
         Ok(response) => match HeldAnswer::take(response, &shared.body_budget, from) {
             Ok(answer) => HttpResponse::Ok()
                 .content_type("application/json")

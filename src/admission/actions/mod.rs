@@ -25,6 +25,13 @@ impl Action {
         audit: false,
     };
 
+    /// Record, do not enforce: what Audit is for a rule of either kind.
+    pub const AUDIT: Action = Action {
+        enforce: false,
+        warn: false,
+        audit: true,
+    };
+
     /// The refusal denies, the change is patched.
     pub fn enforces(self) -> bool {
         self.enforce
@@ -146,11 +153,7 @@ pub struct RuleActions {
 }
 
 /// What Audit is for a rule of either kind: record, do not enforce.
-const AUDIT: Action = Action {
-    enforce: false,
-    warn: false,
-    audit: true,
-};
+const AUDIT: Action = Action::AUDIT;
 
 impl RuleActions {
     /// The action of the rule `name` on the endpoint `webhook`.

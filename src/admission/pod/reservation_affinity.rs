@@ -14,6 +14,7 @@ use crate::apis::reservation::ReservationPhase;
 use crate::features::{FeatureGates, Gate};
 use crate::resources::Resources;
 
+#[derive(Clone)]
 pub struct ReservationAffinity;
 
 impl Validator<Pod> for ReservationAffinity {
@@ -127,5 +128,43 @@ mod tests {
             Err("pod requests exceed the free resources of reservation r1: cpu=2 > 1, memory=1Gi > 512Mi".into())
         );
         assert_eq!(check(&pod("1", "512Mi"), "r1", Some(&partly_used)), Ok(()));
+    }
+
+    /// The rule as its chain runs it (`rule_harness`): its gate, the cache it reads, an UPDATE.
+    #[tokio::test]
+    async fn through_the_harness() {
+        use crate::admission::rule_harness::{Ran, RuleEnv, create, update};
+        use crate::cache::CachedObject;
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns",
+                "annotations": {RESERVATION_AFFINITY: r#"{"name": "r1"}"#}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}});
+        let on = || RuleEnv::new().gate(Gate::ReservationAffinityValidation, true);
+        let missing = Ran::Refused(Rejection::invalid("reservation r1 not found"));
+        assert_eq!(
+            RuleEnv::new()
+                .validate(&ReservationAffinity, &create::<Pod>(pod.clone()))
+                .await,
+            Ran::Skipped
+        );
+        assert_eq!(
+            on().validate(&ReservationAffinity, &create::<Pod>(pod.clone()))
+                .await,
+            missing
+        );
+        assert_eq!(
+            on().validate(
+                &ReservationAffinity,
+                &update::<Pod>(pod.clone(), pod.clone())
+            )
+            .await,
+            missing
+        );
+        let available = CachedObject::Reservation(reservation(json!({"phase": "Available"})));
+        assert_eq!(
+            on().cached(available)
+                .validate(&ReservationAffinity, &create::<Pod>(pod))
+                .await,
+            Ran::Allowed
+        );
     }
 }

@@ -17,6 +17,8 @@ open_object! {
 open_object! {
     pub struct ReservationSpec {
         template: Option<PodTemplate> = "template",
+        #[doc = "How long the Reservation lives (a Go duration; `0`: never expires)."]
+        ttl: Option<String> = "ttl",
     }
 }
 

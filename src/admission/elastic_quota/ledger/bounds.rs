@@ -15,6 +15,11 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_secs(15);
 /// webhook slower than 5 s) is not waited for, and the next change under its keys is checked
 /// without it, as each Koordinator replica checks against its own cache.
 pub const MAX_WAIT: Duration = Duration::from_secs(5);
+/// How long a request past its own [`MAX_WAIT`] still waits for a change that beat it to a write
+/// (from when this replica first saw that change): without it, forged changes that used up the wait
+/// would let two real sibling changes that race each other both pass, each checked without the
+/// other. A real winner normally shows within milliseconds.
+pub const WINNER_WAIT: Duration = Duration::from_secs(1);
 /// The longest a request tries: past it (changes under its keys kept being recorded ahead of it)
 /// a retryable denial. Under the API server's 10 s webhook timeout.
 pub const GIVE_UP: Duration = Duration::from_secs(8);

@@ -38,8 +38,12 @@
 //! each other, as a replica checking against its own cache alone would check them; and a real
 //! change loses its entry that way only to a flood of entries that outnumber it in every tree.
 //!
-//! A request gets a retryable denial (429), never a wrong admission, only when changes under its
-//! keys kept being recorded ahead of it for [`GIVE_UP`]. Queued changes are written oldest first.
+//! A request waits [`MAX_WAIT`] in all; past it, it still waits [`WINNER_WAIT`] for a change that
+//! beat it to a write, so forged changes that used up its wait cannot let two racing real changes
+//! both pass. Queued changes are written caller by caller in turn (`in_turn`, the server says who
+//! called: `admission/caller.rs`), so one caller's backlog cannot starve another's change. A request
+//! gets a retryable denial (429), never a wrong admission, only when changes under its keys kept
+//! being recorded ahead of it for [`GIVE_UP`].
 //! Dry runs change nothing and skip the ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -61,7 +65,7 @@ mod tests;
 
 pub use bounds::{
     BATCH_KEYS, GIVE_UP, HARD_MAX_ENTRIES, MAX_ENTRIES, MAX_WAIT, PENDING_TIMEOUT, POLL,
-    WHOLE_RECORD,
+    WHOLE_RECORD, WINNER_WAIT,
 };
 use keys::Stored;
 pub use keys::{change_of, keys_of, visible};
@@ -69,6 +73,8 @@ use record::{next_record, seen_of, waited_for};
 
 /// Writes whose keys a replica remembers (see [`Known::recent`]).
 const RECENT_WRITES: usize = 64;
+/// Callers whose last write a replica remembers (past it, it forgets them all).
+const MAX_CALLERS: usize = 4096;
 /// Conflicting writes one flush tries before it lets its changes check again.
 const FLUSH_ATTEMPTS: usize = 4;
 
@@ -94,6 +100,9 @@ struct Inner {
     queue: Mutex<Vec<Queued>>,
     /// The record as this replica knows it; held by the flush that writes.
     known: tokio::sync::Mutex<Known>,
+    /// When each caller last had a change written: of callers in the same turn, the one written
+    /// longest ago goes first.
+    won: Mutex<HashMap<Option<std::net::IpAddr>, Instant>>,
 }
 
 /// The record as this replica last read or wrote it.
@@ -128,9 +137,11 @@ struct Queued {
     writes: u64,
     /// What tells the flush which entries this replica has seen.
     cache: Cache,
-    /// When its request started trying: of two queued changes under one key the older is written
-    /// first, so changes that keep arriving cannot keep one from being recorded.
+    /// When its request started trying, and who sent it: each caller's queued changes are written
+    /// oldest first, the callers in turn, so neither changes that keep arriving nor one caller's
+    /// many can keep another's change from being recorded.
     since: Instant,
+    caller: Option<std::net::IpAddr>,
     reply: oneshot::Sender<Verdict>,
 }
 
@@ -152,6 +163,7 @@ impl Ledger {
                 call_timeout: Duration::from_secs(2),
                 queue: Mutex::default(),
                 known: tokio::sync::Mutex::default(),
+                won: Mutex::default(),
             }),
         }
     }
@@ -167,18 +179,27 @@ impl Ledger {
         mut check: impl FnMut() -> Result<A, Rejection>,
     ) -> Result<A, Rejection> {
         let started = Instant::now();
+        // Whether a change was recorded under its keys after it checked (it lost a write).
+        let mut lost = false;
         loop {
             let snapshot = self.inner.snapshot().await.map_err(|e| unavailable(&e))?;
             let record = &snapshot.record;
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
                 let first_seen = self.inner.first_seen(&last.id);
-                // A request waits MAX_WAIT in all: after losing a write to a change recorded
-                // since, it does not wait for that one afresh.
-                while !visible(last, cache)
-                    && first_seen.elapsed() < MAX_WAIT
-                    && started.elapsed() < MAX_WAIT
-                {
+                // Within its own MAX_WAIT a request waits for each change up to MAX_WAIT from when
+                // this replica first saw it; past it (forged changes before it may have used it
+                // up), only for a change that beat it to a write, and for WINNER_WAIT: that one
+                // was admitted after it checked, so it is checked again against a cache that
+                // holds it (a real one shows within milliseconds).
+                let waits = |first_seen: Instant| {
+                    (started.elapsed() < MAX_WAIT && first_seen.elapsed() < MAX_WAIT)
+                        || (lost && first_seen.elapsed() < WINNER_WAIT)
+                };
+                while !visible(last, cache) && waits(first_seen) {
+                    if started.elapsed() >= GIVE_UP {
+                        return Err(busy(last));
+                    }
                     tokio::time::sleep(POLL).await;
                 }
             }
@@ -204,6 +225,7 @@ impl Ledger {
                 writes: snapshot.writes,
                 cache: cache.clone(),
                 since: started,
+                caller: crate::admission::caller::current(),
                 reply,
             };
             self.inner.enqueue(queued);
@@ -215,6 +237,7 @@ impl Ledger {
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
                 Ok(Verdict::Stale) => {
+                    lost = true;
                     if started.elapsed() >= GIVE_UP {
                         let last = record.last.get(WHOLE_RECORD).unwrap_or(&change);
                         return Err(busy(last));
@@ -250,6 +273,10 @@ impl Inner {
                 .await
                 .map_err(|e| e.to_string())?,
         );
+        // Seen now, whoever waits for them later: a change's wait counts from here.
+        for change in record.last.values() {
+            self.first_seen(&change.id);
+        }
         *known = Known {
             record: Some(record.clone()),
             epoch: known.epoch + 1,
@@ -286,7 +313,7 @@ impl Inner {
     async fn write_queued(&self, deferred: &mut Vec<Queued>) {
         let mut known = self.known.lock().await;
         let mut queued = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
-        queued.sort_by_key(|q| q.since);
+        queued = in_turn(queued, &self.won.lock().unwrap_or_else(|p| p.into_inner()));
         for _ in 0..FLUSH_ATTEMPTS {
             if queued.is_empty() {
                 return;
@@ -349,6 +376,7 @@ impl Inner {
                         version,
                         last: next,
                     }));
+                    self.note_won(&batch);
                     return reply_all(batch, || Verdict::Recorded);
                 }
                 // Another replica wrote since this one read: read again, keep what still holds.
@@ -366,6 +394,17 @@ impl Inner {
             }
         }
         reply_all(queued, || Verdict::Stale);
+    }
+
+    fn note_won(&self, batch: &[Queued]) {
+        let mut won = self.won.lock().unwrap_or_else(|p| p.into_inner());
+        if won.len() > MAX_CALLERS {
+            won.clear();
+        }
+        let now = Instant::now();
+        for q in batch {
+            won.insert(q.caller, now);
+        }
     }
 
     /// When this replica first saw the change `id`; forgets what no one can wait for any more.
@@ -434,6 +473,25 @@ fn still_valid(q: &Queued, record: &LedgerRecord, known: &Known) -> bool {
                 .iter()
                 .any(|(w, keys)| *w > q.writes && keys.contains(k))
         })
+}
+
+/// Orders queued changes by caller in turn: every caller's oldest, then every caller's second
+/// oldest, and so on; within a turn, the caller written longest ago first (`won`), then by age.
+fn in_turn(queued: Vec<Queued>, won: &HashMap<Option<std::net::IpAddr>, Instant>) -> Vec<Queued> {
+    let mut queued = queued;
+    queued.sort_by_key(|q| q.since);
+    let mut taken: HashMap<Option<std::net::IpAddr>, usize> = HashMap::new();
+    let mut turns: Vec<(usize, Queued)> = queued
+        .into_iter()
+        .map(|q| {
+            let turn = taken.entry(q.caller).or_default();
+            *turn += 1;
+            (*turn, q)
+        })
+        .collect();
+    // Stable: within a turn and a caller's last write, the order by age stays.
+    turns.sort_by_key(|(turn, q)| (*turn, won.get(&q.caller).copied()));
+    turns.into_iter().map(|(_, q)| q).collect()
 }
 
 fn busy(last: &PendingChange) -> Rejection {
