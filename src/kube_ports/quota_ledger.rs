@@ -123,6 +123,7 @@ mod tests {
             operation: ChangeKind::Create,
             resource_version: None,
             at: 7,
+            caller: None,
         }
     }
 

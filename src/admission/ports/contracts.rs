@@ -64,6 +64,10 @@ pub struct PendingChange {
     /// When the admitting replica recorded it (Unix seconds): old entries leave the record.
     #[serde(default)]
     pub at: i64,
+    /// Who sent the review (the peer's address, as the admitting replica saw it): a caller none of
+    /// whose changes ever shows is not waited for (`ledger/callers.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -142,6 +142,7 @@ pub fn change_of(
             _ => None,
         },
         at: 0,
+        caller: None,
     })
 }
 

@@ -43,7 +43,8 @@
 //! both pass. Queued changes are written caller by caller in turn (`in_turn`, the server says who
 //! called: `admission/caller.rs`), so one caller's backlog cannot starve another's change. A request
 //! gets a retryable denial (429), never a wrong admission, only when changes under its keys kept
-//! being recorded ahead of it for [`GIVE_UP`].
+//! being recorded ahead of it for [`GIVE_UP`]; and a caller none of whose changes ever shows is,
+//! after a few, not waited for at all (`callers.rs`).
 //! Dry runs change nothing and skip the ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -58,6 +59,7 @@ use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange, StoreErr
 use crate::cache::Cache;
 
 mod bounds;
+mod callers;
 mod keys;
 mod record;
 #[cfg(test)]
@@ -73,6 +75,8 @@ use record::{next_record, seen_of, waited_for};
 
 /// Writes whose keys a replica remembers (see [`Known::recent`]).
 const RECENT_WRITES: usize = 64;
+/// How often a replica reads the record while requests wait, to see what is recorded meanwhile.
+const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 /// Callers whose last write a replica remembers (past it, it forgets them all).
 const MAX_CALLERS: usize = 4096;
 /// Conflicting writes one flush tries before it lets its changes check again.
@@ -92,8 +96,13 @@ pub struct Ledger {
 
 struct Inner {
     store: Arc<dyn LedgerStore>,
-    /// Change id -> when this replica first saw it as someone's last change.
-    seen: Mutex<HashMap<String, Instant>>,
+    /// Change id -> when this replica first saw it as someone's last change, and whether it has
+    /// been judged (shown or not) for its caller.
+    seen: Mutex<HashMap<String, Seen>>,
+    /// Whose changes show up, and when this replica last looked (`judge_pending`).
+    callers: callers::Callers,
+    judged_at: Mutex<Option<Instant>>,
+    observed_at: Mutex<Option<Instant>>,
     /// Timeout of each call to the store.
     call_timeout: Duration,
     /// Checked changes waiting for the next flush.
@@ -116,6 +125,14 @@ struct Known {
     /// The keys of the last [`RECENT_WRITES`] writes of this epoch, by write count: what tells a
     /// change that saw a key empty whether a write since filled it (and then dropped it again).
     recent: VecDeque<(u64, BTreeSet<String>)>,
+}
+
+/// When this replica first saw a change, and whether it was judged for its caller.
+struct Seen {
+    at: Instant,
+    judged: bool,
+    /// Kept until judged: what tells whether it showed.
+    change: Option<PendingChange>,
 }
 
 /// What a change was checked against.
@@ -160,6 +177,9 @@ impl Ledger {
             inner: Arc::new(Inner {
                 store,
                 seen: Mutex::default(),
+                callers: callers::Callers::default(),
+                judged_at: Mutex::default(),
+                observed_at: Mutex::default(),
                 call_timeout: Duration::from_secs(2),
                 queue: Mutex::default(),
                 known: tokio::sync::Mutex::default(),
@@ -184,9 +204,17 @@ impl Ledger {
         loop {
             let snapshot = self.inner.snapshot().await.map_err(|e| unavailable(&e))?;
             let record = &snapshot.record;
+            self.inner.judge_pending(cache);
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
-                let first_seen = self.inner.first_seen(&last.id);
+                if self.inner.callers.distrusted(last.caller.as_deref()) {
+                    // Not waited for; shown, it wins its caller back its trust.
+                    if visible(last, cache) {
+                        self.inner.judge(last, true);
+                    }
+                    continue;
+                }
+                let first_seen = self.inner.first_seen(last);
                 // Within its own MAX_WAIT a request waits for each change up to MAX_WAIT from when
                 // this replica first saw it; past it (forged changes before it may have used it
                 // up), only for a change that beat it to a write, and for WINNER_WAIT: that one
@@ -200,7 +228,13 @@ impl Ledger {
                     if started.elapsed() >= GIVE_UP {
                         return Err(busy(last));
                     }
+                    self.inner.observe().await;
                     tokio::time::sleep(POLL).await;
+                }
+                if visible(last, cache) {
+                    self.inner.judge(last, true);
+                } else if first_seen.elapsed() >= MAX_WAIT {
+                    self.inner.judge(last, false);
                 }
             }
             if keys() != wanted {
@@ -232,7 +266,7 @@ impl Ledger {
             tokio::spawn(self.inner.clone().flush());
             match verdict.await {
                 Ok(Verdict::Recorded) => {
-                    self.inner.first_seen(&change.id);
+                    self.inner.first_seen(&change);
                     return Ok(applied);
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
@@ -275,7 +309,7 @@ impl Inner {
         );
         // Seen now, whoever waits for them later: a change's wait counts from here.
         for change in record.last.values() {
-            self.first_seen(&change.id);
+            self.first_seen(change);
         }
         *known = Known {
             record: Some(record.clone()),
@@ -329,7 +363,10 @@ impl Inner {
             let mut taken = BTreeSet::new();
             for q in queued {
                 let fits = taken.len() + q.keys.len() <= BATCH_KEYS || batch.is_empty();
-                if !still_valid(&q, &record, &known) || q.keys.iter().any(|k| taken.contains(k)) {
+                let distrusted = |c: &PendingChange| self.callers.distrusted(c.caller.as_deref());
+                if !still_valid(&q, &record, &known, distrusted)
+                    || q.keys.iter().any(|k| taken.contains(k))
+                {
                     let _ = q.reply.send(Verdict::Stale);
                 } else if !fits {
                     deferred.push(q);
@@ -347,6 +384,7 @@ impl Inner {
                 .map(|q| {
                     let change = PendingChange {
                         at: now,
+                        caller: q.caller.map(|ip| ip.to_string()),
                         ..q.change.clone()
                     };
                     (&q.keys, change)
@@ -408,13 +446,81 @@ impl Inner {
     }
 
     /// When this replica first saw the change `id`; forgets what no one can wait for any more.
-    fn first_seen(&self, id: &str) -> Instant {
+    fn first_seen(&self, change: &PendingChange) -> Instant {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if seen.len() > MAX_ENTRIES * 4 {
-            seen.retain(|_, at| now.duration_since(*at) < PENDING_TIMEOUT * 2);
+            seen.retain(|_, s| now.duration_since(s.at) < PENDING_TIMEOUT * 2);
         }
-        *seen.entry(id.to_owned()).or_insert(now)
+        seen.entry(change.id.clone())
+            .or_insert_with(|| Seen {
+                at: now,
+                // Only a caller's changes are judged; the rest count as judged.
+                judged: change.caller.is_none(),
+                change: change.caller.is_some().then(|| change.clone()),
+            })
+            .at
+    }
+
+    /// While a request waits, reads the record now and then (at most every [`OBSERVE_EVERY`] per
+    /// replica) only to see the changes recorded meanwhile: each is judged [`MAX_WAIT`] after
+    /// that, so a stream of forged changes is known within seconds even when no write of this
+    /// replica's meets it.
+    async fn observe(&self) {
+        {
+            let mut last = self.observed_at.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < OBSERVE_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        if let Ok(record) = self.call(self.store.read()).await {
+            for change in record.last.values() {
+                self.first_seen(change);
+            }
+        }
+    }
+
+    /// Judges every change this replica has seen in the record (still there or already replaced
+    /// by a later one) for [`MAX_WAIT`] and not judged yet, whether or not anyone waited for it: so
+    /// a forger racing real changes with fresh entries is known after its first few, not after a
+    /// few real changes have each waited for one. At most every [`POLL`].
+    fn judge_pending(&self, cache: &Cache) {
+        {
+            let mut last = self.judged_at.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < POLL) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
+        let due: Vec<PendingChange> = {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            seen.values_mut()
+                .filter(|s| !s.judged && s.at.elapsed() >= MAX_WAIT)
+                .filter_map(|s| {
+                    s.judged = true;
+                    s.change.take()
+                })
+                .collect()
+        };
+        for change in due {
+            self.callers
+                .judge(change.caller.as_deref(), visible(&change, cache));
+        }
+    }
+
+    /// Counts a change waited for as shown or not for its caller, once.
+    fn judge(&self, change: &PendingChange, shown: bool) {
+        let first = {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            seen.get_mut(&change.id).is_some_and(|s| {
+                s.change = None;
+                !std::mem::replace(&mut s.judged, true)
+            })
+        };
+        if first {
+            self.callers.judge(change.caller.as_deref(), shown);
+        }
     }
 
     /// A store call bounded by the call timeout.
@@ -444,8 +550,24 @@ fn reply_all(queued: Vec<Queued>, verdict: impl Fn() -> Verdict) {
 /// none, none may be there now, and no write since may have put one there and dropped it again
 /// (known only for this replica's own writes since, so after another replica's write it checks
 /// again).
-fn still_valid(q: &Queued, record: &LedgerRecord, known: &Known) -> bool {
-    if seen_of(&record.last, &q.keys, &q.change.id) != q.seen {
+fn still_valid(
+    q: &Queued,
+    record: &LedgerRecord,
+    known: &Known,
+    distrusted: impl Fn(&PendingChange) -> bool,
+) -> bool {
+    let now = seen_of(&record.last, &q.keys, &q.change.id);
+    // A key moved to a change of a caller no one waits for any more leaves the check against the
+    // cache as it was (such a change is not waited for): a forger's stream of entries cannot keep
+    // a checked change from being written.
+    let moved_to_trusted = now.iter().any(|(key, id)| {
+        q.seen.get(key) != Some(id)
+            && !record
+                .last
+                .get(key)
+                .is_some_and(|c| Some(&c.id) == id.as_ref() && distrusted(c))
+    });
+    if moved_to_trusted || q.seen.keys().any(|k| !now.contains_key(k)) {
         return false;
     }
     if record.version == q.version {

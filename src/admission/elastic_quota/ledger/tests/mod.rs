@@ -484,16 +484,18 @@ proptest::proptest! {
             let forgers = before.iter().map(|at| (*at, true)).chain(racing.iter().copied()).enumerate().map(|(i, (at, side))| {
                 let ledger = if side { &one } else { &two };
                 let cache = cache.clone();
-                async move {
+                let forger = Some(std::net::IpAddr::from([10, 0, 0, 66]));
+                crate::admission::caller::answering_for(forger, async move {
                     tokio::time::sleep(Duration::from_millis(at)).await;
                     let _ = ledger.admit(create(&format!("f{i}"), &format!("forged{i}")), tree("t"), &cache, || Ok(())).await;
-                }
+                })
             });
             let real = |ledger: &'static str, delay: u64| {
                 let ledger = if ledger == "one" { &one } else { &two };
                 let (writer, cache) = (&writer, cache.clone());
                 let (me, other) = if delay == start { ("r1", "r2") } else { ("r2", "r1") };
-                async move {
+                let api_server = Some(std::net::IpAddr::from([10, 0, 0, 1]));
+                crate::admission::caller::answering_for(api_server, async move {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                     let outcome = ledger.admit(create(me, me), tree("t"), &cache, || {
                         if visible(&create(other, other), &cache) {
@@ -508,7 +510,7 @@ proptest::proptest! {
                         writer.lock().unwrap().apply(CachedObject::ElasticQuota(quota(me, "9")));
                     }
                     outcome.map_err(|e| e.code)
-                }
+                })
             };
             let (r1, r2, _) = futures::join!(
                 real("one", start),
@@ -587,4 +589,61 @@ async fn one_callers_backlog_does_not_keep_anothers_change_from_being_recorded()
     eprintln!("recorded after {took:?}");
     outcome.unwrap();
     assert!(took < GIVE_UP, "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_anything() {
+    use crate::admission::caller::answering_for;
+    let writer = Mutex::new(CacheWriter::default());
+    let cache = writer.lock().unwrap().reader();
+    let store = Arc::new(Slow(MemoryLedgerStore::default(), Duration::from_millis(5)));
+    let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
+    let forger = Some("10.0.0.66".parse().unwrap());
+    let api_server = Some("10.0.0.1".parse().unwrap());
+    let until = Instant::now() + Duration::from_secs(60);
+    // 64 connections to replica a, each sending a fresh forged change of tree t as soon as the
+    // last is answered, for a minute.
+    let forgers = (0..64).map(|c| {
+        let (a, cache) = (&a, &cache);
+        answering_for(forger, async move {
+            let mut n = 0;
+            while Instant::now() < until {
+                n += 1;
+                let id = format!("f{c}-{n}");
+                let _ = a
+                    .admit(create(&id, "forged"), tree("t"), cache, || Ok(()))
+                    .await;
+            }
+        })
+    });
+    // A real change of tree t through replica b every 3 s, stored 20 ms after it is admitted.
+    let reals = async {
+        let mut took = Vec::new();
+        for i in 0..18 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let started = Instant::now();
+            let name = format!("real{i}");
+            let outcome = answering_for(
+                api_server,
+                b.admit(create(&name, &name), tree("t"), &cache, || Ok(())),
+            )
+            .await;
+            took.push((outcome.map_err(|e| e.code), started.elapsed()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            writer
+                .lock()
+                .unwrap()
+                .apply(CachedObject::ElasticQuota(quota(&name, "9")));
+        }
+        took
+    };
+    let (took, _) = futures::join!(reals, futures::future::join_all(forgers));
+    eprintln!("{took:?}");
+    assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
+    // Once replica b has waited in vain for a few of the forger's changes, it stops waiting.
+    let late = &took[took.len() / 2..];
+    assert!(
+        late.iter().all(|(_, t)| *t < Duration::from_millis(500)),
+        "{late:?}"
+    );
 }

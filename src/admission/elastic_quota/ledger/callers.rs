@@ -1,0 +1,84 @@
+//! Which callers' changes show up. Without client authentication the ledger cannot tell a forged
+//! review from a real one when it is sent; it can afterwards: a real change reaches the cache within
+//! milliseconds, a forged one never does. Each replica counts, per caller (the peer address each
+//! entry records), the changes it waited for that showed and those that never did; a caller with
+//! [`STRIKES`] changes that never showed and none that did is not waited for any more, so a forger
+//! racing real changes with fresh entries stops costing them anything after a few. The API server's
+//! own address keeps its trust with every change of its that shows (one that a later webhook denies
+//! never shows: it takes many of those in a row, and none stored between, to lose it).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Changes that never showed, with none that did, before a caller is no longer waited for.
+pub const STRIKES: u32 = 3;
+/// Callers remembered at most; past it, those with no change shown are forgotten.
+const MAX_CALLERS: usize = 4096;
+
+#[derive(Default)]
+pub struct Callers {
+    by_address: Mutex<HashMap<String, Counts>>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    shown: u32,
+    never_shown: u32,
+}
+
+impl Callers {
+    /// A change of `caller`'s was waited for: it showed or it never did.
+    pub fn judge(&self, caller: Option<&str>, shown: bool) {
+        let Some(caller) = caller else { return };
+        let mut by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+        if by.len() >= MAX_CALLERS && !by.contains_key(caller) {
+            by.retain(|_, c| c.shown > 0);
+        }
+        let counts = by.entry(caller.to_owned()).or_default();
+        if shown {
+            counts.shown = counts.shown.saturating_add(1);
+        } else {
+            counts.never_shown = counts.never_shown.saturating_add(1);
+        }
+    }
+
+    /// Whether changes of `caller` are no longer waited for.
+    pub fn distrusted(&self, caller: Option<&str>) -> bool {
+        let Some(caller) = caller else { return false };
+        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+        by.get(caller)
+            .is_some_and(|c| c.shown == 0 && c.never_shown >= STRIKES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_is_distrusted_after_strikes_without_a_change_shown() {
+        let callers = Callers::default();
+        for _ in 0..STRIKES - 1 {
+            callers.judge(Some("10.0.0.66"), false);
+        }
+        assert!(!callers.distrusted(Some("10.0.0.66")));
+        callers.judge(Some("10.0.0.66"), false);
+        assert!(callers.distrusted(Some("10.0.0.66")));
+        // One shown change keeps a caller trusted, however many never show.
+        for _ in 0..10 {
+            callers.judge(Some("10.0.0.1"), false);
+        }
+        callers.judge(Some("10.0.0.1"), true);
+        assert!(!callers.distrusted(Some("10.0.0.1")));
+        assert!(
+            !callers.distrusted(None),
+            "entries without a caller are always waited for"
+        );
+        // A flood of callers forgets the distrusted ones first, never a trusted one.
+        for i in 0..MAX_CALLERS {
+            callers.judge(Some(&format!("f{i}")), false);
+        }
+        assert!(!callers.distrusted(Some("10.0.0.1")));
+        assert!(callers.by_address.lock().unwrap().get("10.0.0.1").is_some());
+    }
+}
