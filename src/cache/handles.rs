@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLockReadGuard};
 
 use super::pod_index::{IndexedPod, PodIndex};
-use super::quota_topology::{QuotaInfo, QuotaTopology, SharedTopology, write_topology};
+use super::quota_topology::{QuotaTopology, SharedTopology};
+use super::quotas::QuotaWriter;
 use super::store::{Store, Writer};
 use crate::apis::{ClusterColocationProfile, ElasticQuota, ElasticQuotaProfile, Reservation};
 
@@ -35,7 +36,8 @@ pub struct Cache {
 /// Write side, owned by whoever fills the cache.
 #[derive(Default)]
 pub struct CacheWriter {
-    pub elastic_quotas: Writer<ElasticQuota>,
+    /// The ElasticQuota store and the quota tree, written together.
+    pub quotas: QuotaWriter,
     pub elastic_quota_profiles: Writer<ElasticQuotaProfile>,
     pub reservations: Writer<Reservation>,
     pub colocation_profiles: Writer<ClusterColocationProfile>,
@@ -44,7 +46,6 @@ pub struct CacheWriter {
     pub priority_classes: Writer<PriorityClass>,
     pub nodes: Writer<PartialObjectMeta<Node>>,
     pub pods: Arc<PodIndex>,
-    pub quota_topology: SharedTopology,
 }
 
 /// One object of a kind the cache holds.
@@ -66,7 +67,7 @@ pub enum CachedObject {
 impl CacheWriter {
     pub fn reader(&self) -> Cache {
         Cache {
-            elastic_quotas: self.elastic_quotas.as_reader(),
+            elastic_quotas: self.quotas.store(),
             elastic_quota_profiles: self.elastic_quota_profiles.as_reader(),
             reservations: self.reservations.as_reader(),
             colocation_profiles: self.colocation_profiles.as_reader(),
@@ -75,17 +76,14 @@ impl CacheWriter {
             priority_classes: self.priority_classes.as_reader(),
             nodes: self.nodes.as_reader(),
             pods: self.pods.clone(),
-            quota_topology: self.quota_topology.clone(),
+            quota_topology: self.quotas.tree(),
         }
     }
 
     /// Inserts or replaces one object.
     pub fn apply(&mut self, object: CachedObject) {
         match object {
-            CachedObject::ElasticQuota(o) => {
-                write_topology(&self.quota_topology).upsert(QuotaInfo::from_quota(&o));
-                self.elastic_quotas.upsert(o)
-            }
+            CachedObject::ElasticQuota(o) => self.quotas.upsert(o),
             CachedObject::ElasticQuotaProfile(o) => self.elastic_quota_profiles.upsert(o),
             CachedObject::Reservation(o) => self.reservations.upsert(o),
             CachedObject::ColocationProfile(o) => self.colocation_profiles.upsert(o),
@@ -101,7 +99,7 @@ impl CacheWriter {
 
     /// Marks every store complete without a watch (a state loaded from files).
     pub fn mark_ready(&self) {
-        self.elastic_quotas.mark_ready();
+        self.quotas.mark_ready();
         self.elastic_quota_profiles.mark_ready();
         self.reservations.mark_ready();
         self.colocation_profiles.mark_ready();

@@ -6,9 +6,9 @@
 //! Set aside means absent from the cache, whether it arrived in a list or a watch event (an object
 //! that becomes unreadable is removed, so what the cache shows does not depend on when the replica
 //! started); it is counted in `koord_webhook_cache_unreadable_objects_total` and named in a Warning
-//! Event on the object. An unreadable ElasticQuota is also told to the quota tree, whose rules then
-//! refuse the changes that would have to count it (fail closed: before, it counted as absent from
-//! its siblings' min sum).
+//! Event on the object. An unreadable ElasticQuota is also told to the quota tree, by the one writer
+//! of the quota store and tree (`quotas.rs`), whose rules then refuse the changes that would have
+//! to count it.
 
 use std::collections::HashSet;
 
@@ -20,10 +20,7 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde::de::{Deserialize, DeserializeOwned, Deserializer};
 use tokio::sync::mpsc;
 
-use super::quota_topology::UnreadableQuota;
-use super::quota_topology::{SharedTopology, write_topology};
 use super::unmanaged::requests_of_inner;
-use crate::apis::keys::QUOTA_PARENT;
 use crate::kube_events::{self, Note};
 use crate::metrics::labels::KindLabels;
 
@@ -86,11 +83,6 @@ pub struct SetAside {
     events: mpsc::Sender<Unreadable>,
     /// uid and resourceVersion already reported, so a relist does not repeat an Event.
     reported: HashSet<(String, String)>,
-    /// For ElasticQuotas: the quota tree, told which quotas do not decode, so that the tree rules
-    /// refuse what would have to count them instead of counting them as absent.
-    topology: Option<SharedTopology>,
-    /// Names found unreadable since the current relist began.
-    relisted: Option<HashSet<String>>,
 }
 
 /// Reported versions remembered at most (then forgotten all at once: a repeat Event is harmless).
@@ -107,44 +99,6 @@ impl SetAside {
             counter: counters.get_or_create(&KindLabels { kind }).clone(),
             events,
             reported: HashSet::new(),
-            topology: None,
-            relisted: None,
-        }
-    }
-
-    /// Tells `topology` which quotas do not decode (the ElasticQuota watch).
-    pub fn telling(mut self, topology: SharedTopology) -> Self {
-        self.topology = Some(topology);
-        self
-    }
-
-    fn unreadable_quota(&mut self, meta: &ObjectMeta, error: Option<&str>) {
-        let Some(topology) = &self.topology else {
-            return;
-        };
-        let name = meta.name.clone().unwrap_or_default();
-        let unreadable = error.map(|error| UnreadableQuota {
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            parent: meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(QUOTA_PARENT))
-                .cloned()
-                .unwrap_or_default(),
-            error: error.to_owned(),
-        });
-        if unreadable.is_some()
-            && let Some(relisted) = self.relisted.as_mut()
-        {
-            relisted.insert(name.clone());
-        }
-        // Every quota event passes here: the tree's write lock only when something changes.
-        let known = topology
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_unreadable(&name);
-        if known || unreadable.is_some() {
-            write_topology(topology).set_unreadable(&name, unreadable);
         }
     }
 
@@ -156,41 +110,20 @@ impl SetAside {
         K::DynamicType: Default,
     {
         match event {
-            Event::Init => {
-                self.relisted = Some(HashSet::new());
-                Some(Event::Init)
-            }
-            Event::InitDone => {
-                // An unreadable quota the relist did not bring again is gone.
-                if let (Some(topology), Some(relisted)) = (&self.topology, self.relisted.take()) {
-                    write_topology(topology).retain_unreadable(|name| relisted.contains(name));
-                }
-                Some(Event::InitDone)
-            }
-            Event::InitApply(Lenient::Read(k)) => {
-                self.unreadable_quota(k.meta(), None);
-                Some(Event::InitApply(k))
-            }
-            Event::Apply(Lenient::Read(k)) => {
-                self.unreadable_quota(k.meta(), None);
-                Some(Event::Apply(k))
-            }
-            Event::Delete(Lenient::Read(k)) => {
-                self.unreadable_quota(k.meta(), None);
-                Some(Event::Delete(k))
-            }
+            Event::Init => Some(Event::Init),
+            Event::InitDone => Some(Event::InitDone),
+            Event::InitApply(Lenient::Read(k)) => Some(Event::InitApply(k)),
+            Event::Apply(Lenient::Read(k)) => Some(Event::Apply(k)),
+            Event::Delete(Lenient::Read(k)) => Some(Event::Delete(k)),
             Event::InitApply(Lenient::Unreadable { meta, error }) => {
-                self.unreadable_quota(&meta, Some(&error));
                 self.report::<K>(&meta, error);
                 None
             }
             Event::Apply(Lenient::Unreadable { meta, error }) => {
-                self.unreadable_quota(&meta, Some(&error));
                 self.report::<K>(&meta, error);
                 Some(Event::Delete(placeholder(*meta)))
             }
             Event::Delete(Lenient::Unreadable { meta, .. }) => {
-                self.unreadable_quota(&meta, None);
                 Some(Event::Delete(placeholder(*meta)))
             }
         }
@@ -285,54 +218,5 @@ mod tests {
             aside.event(Event::Apply(good)),
             Some(Event::Apply(_))
         ));
-    }
-
-    #[test]
-    fn an_unreadable_quota_is_told_to_the_tree_until_it_decodes_or_a_relist_drops_it() {
-        use crate::apis::ElasticQuota;
-        let (tx, _rx) = mpsc::channel(8);
-        let topology = SharedTopology::default();
-        let mut aside =
-            SetAside::new("elasticquota", &Family::default(), tx).telling(topology.clone());
-        // `min` a list when it decodes, a bare string when it does not.
-        let quota = |name: &str, min: &str| -> Lenient<ElasticQuota> {
-            let min = match min {
-                "broken" => serde_json::json!("broken"),
-                cpu => serde_json::json!({"cpu": cpu}),
-            };
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "namespace": "ns", "uid": name,
-                             "labels": {QUOTA_PARENT: "p"}},
-                "spec": {"min": min}
-            }))
-            .unwrap()
-        };
-        let near = |t: &SharedTopology| {
-            t.read()
-                .unwrap()
-                .unreadable_near("sibling", &["p"])
-                .map(|(n, u)| (n.to_owned(), u.parent.clone()))
-        };
-        assert!(aside.event::<ElasticQuota>(Event::Init).is_some());
-        assert!(
-            aside
-                .event(Event::InitApply(quota("a", "broken")))
-                .is_none()
-        );
-        assert!(
-            aside
-                .event(Event::InitApply(quota("b", "broken")))
-                .is_none()
-        );
-        assert!(aside.event::<ElasticQuota>(Event::InitDone).is_some());
-        assert_eq!(near(&topology), Some(("a".into(), "p".into())));
-        // a decodes again.
-        assert!(aside.event(Event::Apply(quota("a", "1"))).is_some());
-        assert_eq!(near(&topology), Some(("b".into(), "p".into())));
-        // b was deleted while the watch was down: the relist does not bring it.
-        assert!(aside.event::<ElasticQuota>(Event::Init).is_some());
-        assert!(aside.event(Event::InitApply(quota("a", "1"))).is_some());
-        assert!(aside.event::<ElasticQuota>(Event::InitDone).is_some());
-        assert_eq!(near(&topology), None);
     }
 }

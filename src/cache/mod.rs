@@ -10,6 +10,7 @@ pub mod lenient;
 pub mod load;
 pub mod pod_index;
 pub mod quota_topology;
+pub mod quotas;
 pub mod slim;
 pub mod store;
 mod unmanaged;

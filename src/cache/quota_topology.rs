@@ -88,8 +88,8 @@ pub fn bound_namespaces(quota: &ElasticQuota) -> Vec<String> {
     names
 }
 
-/// The quota tree beside the ElasticQuota store: written with it, by whatever feeds the cache (the
-/// watch, `watch.rs` and `lenient.rs`; the files, `handles.rs`), read by the quota rules (which lay
+/// The quota tree beside the ElasticQuota store: written with it by their one writer
+/// (`quotas.rs`: the watch's events and the files' quotas), read by the quota rules (which lay
 /// their own pending changes over it: `overlay.rs`, the ledger). Never held across an await.
 pub type SharedTopology = Arc<RwLock<QuotaTopology>>;
 

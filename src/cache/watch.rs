@@ -22,7 +22,6 @@ use serde::de::DeserializeOwned;
 use super::handles::CacheWriter;
 use super::lenient::{Lenient, SetAside, Unreadable};
 use super::pod_index::IndexedPod;
-use super::quota_topology::{QuotaInfo, SharedTopology, write_topology};
 use super::slim::Slim;
 use super::store::Writer;
 use super::unmanaged::{Unmanaged, map_event};
@@ -286,27 +285,6 @@ fn follow_named(
     }
 }
 
-/// Feeds the quota store and keeps the topology in step with it: a quota the store takes is
-/// upserted, one it drops (deleted, or not brought by a relist) removed. No copy of the list is
-/// kept for the topology.
-fn follow_quotas(
-    mut store: Writer<ElasticQuota>,
-    topology: SharedTopology,
-) -> impl FnMut(Event<ElasticQuota>) + Send {
-    move |event| {
-        if let Event::Apply(q) | Event::InitApply(q) = &event {
-            write_topology(&topology).upsert(QuotaInfo::from_quota(q));
-        }
-        let gone = store.apply(event);
-        if !gone.is_empty() {
-            let mut topology = write_topology(&topology);
-            for q in gone {
-                topology.remove(q.metadata.name.as_deref().unwrap_or_default());
-            }
-        }
-    }
-}
-
 /// Starts every watch; the returned future runs them all.
 ///
 /// With `index_pod` (the recount of `child-request` needs each pod's charge), pods are watched
@@ -328,7 +306,7 @@ pub async fn run<P>(
     P: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let CacheWriter {
-        elastic_quotas,
+        mut quotas,
         elastic_quota_profiles,
         reservations,
         colocation_profiles,
@@ -337,9 +315,7 @@ pub async fn run<P>(
         priority_classes,
         nodes,
         pods,
-        quota_topology,
     } = writer;
-    let quotas = follow_quotas(elastic_quotas, quota_topology.clone());
     let failures = Failures {
         restarts: metrics.watch_restarts,
         health,
@@ -350,11 +326,11 @@ pub async fn run<P>(
     tokio::join!(
         drive(
             "elasticquota",
-            watch_lenient::<ElasticQuota>(
-                c("elasticquota"),
-                aside("elasticquota").telling(quota_topology)
-            ),
-            quotas,
+            watch::<Lenient<ElasticQuota>>(c("elasticquota")),
+            {
+                let mut aside = aside("elasticquota");
+                move |event| quotas.apply(event, &mut aside)
+            },
             m()
         ),
         drive(
@@ -454,45 +430,6 @@ mod tests {
         assert!(!refuses_streaming_lists(&watcher::Error::WatchError(
             Box::new(status)
         )));
-    }
-
-    fn quota(name: &str, parent: &str) -> ElasticQuota {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-            "metadata": {"name": name, "namespace": "ns",
-                         "labels": {"quota.scheduling.koordinator.sh/parent": parent},
-                         "managedFields": [{"manager": "kubectl"}]},
-            "spec": {"max": {"cpu": "1"}}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn the_topology_follows_the_quota_store_through_a_relist() {
-        let writer = CacheWriter::default();
-        let cache = writer.reader();
-        let mut follow = follow_quotas(writer.elastic_quotas, writer.quota_topology);
-        follow(Event::Init);
-        follow(Event::InitApply(quota("p", "")));
-        follow(Event::InitApply(quota("a", "p")));
-        follow(Event::InitApply(quota("b", "p")));
-        follow(Event::InitDone);
-        assert_eq!(cache.topology().len(), 3);
-        // Slimmed on the way in.
-        let a = cache.elastic_quotas.get(Some("ns"), "a").unwrap();
-        assert_eq!(a.metadata.managed_fields, None);
-
-        // A relist that no longer brings b: gone from both at its end, not before.
-        follow(Event::Init);
-        follow(Event::InitApply(quota("p", "")));
-        follow(Event::InitApply(quota("a", "p")));
-        assert!(cache.topology().contains("b"));
-        follow(Event::InitDone);
-        assert!(!cache.topology().contains("b"));
-        assert_eq!(cache.elastic_quotas.len(), 2);
-        follow(Event::Delete(quota("a", "p")));
-        assert!(!cache.topology().contains("a"));
-        assert_eq!(cache.elastic_quotas.len(), 1);
     }
 
     #[test]

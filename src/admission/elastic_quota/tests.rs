@@ -718,7 +718,7 @@ fn a_quota_that_does_not_decode_blocks_the_changes_that_would_count_it() {
         json!({"is-parent": "true"}),
         spec("8", "16"),
     )));
-    write_topology(&writer.quota_topology).set_unreadable(
+    write_topology(&writer.quotas.tree()).set_unreadable(
         "broken",
         Some(UnreadableQuota {
             namespace: "ns".into(),
@@ -770,7 +770,7 @@ fn a_quota_that_does_not_decode_blocks_the_changes_that_would_count_it() {
     let answer = review("CREATE", elsewhere);
     assert_eq!(answer["allowed"], true, "{answer}");
     // Once it decodes again (or is gone), the sibling is checked as before.
-    write_topology(&writer.quota_topology).set_unreadable("broken", None);
+    write_topology(&writer.quotas.tree()).set_unreadable("broken", None);
     let sibling = eq(
         "child-2",
         json!({"parent": "parent", "tree-id": "t"}),
