@@ -3,6 +3,8 @@
 //! Pure functions of the topology, the quota and a view of the bound pods; the plugin in
 //! `validate.rs` runs them under the topology's write lock and applies the accepted change.
 
+use std::collections::BTreeSet;
+
 use crate::apis::ElasticQuota;
 use crate::apis::keys::{
     DEFAULT_QUOTA, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_TREE_ID, ROOT_QUOTA,
@@ -187,6 +189,8 @@ fn check_keys(
     Ok(())
 }
 
+/// The tree rules for `info` (the quota as it would be) against the tree, in Koordinator's order:
+/// each step a function below, the first refusal the answer.
 fn check_tree(
     topology: &QuotaTopology,
     info: &QuotaInfo,
@@ -194,16 +198,52 @@ fn check_tree(
     gates: &FeatureGates,
     pods: &dyn BoundPods,
 ) -> Result<(), String> {
-    let name = info.name.as_str();
-    if name == ROOT_QUOTA {
+    if info.name == ROOT_QUOTA {
         return Ok(());
     }
-    let children = topology.children(name);
-    let child_count = children.map_or(0, |c| c.len());
+    let tree = Tree {
+        topology,
+        info,
+        stored,
+        children: topology.children(&info.name),
+    };
+    tree.is_parent_kept_under_children_or_pods(pods)?;
+    tree.one_tree_id()?;
+    // A leaf directly under the root has nothing more to agree with.
+    if info.parent == ROOT_QUOTA && !info.is_parent {
+        return Ok(());
+    }
+    let parent = tree.parent()?;
+    tree.resource_keys(parent, gates)?;
+    tree.min_sums(parent)?;
+    tree.no_cycle(parent)?;
+    tree.guarantee(gates)
+}
 
-    // 1. is-parent may not flip under children or bound pods.
-    if let Some(old) = stored.filter(|old| old.is_parent != info.is_parent) {
-        if old.is_parent && child_count > 0 {
+/// One change's view of the tree: the quota as it would be, as stored, and its children.
+struct Tree<'a> {
+    topology: &'a QuotaTopology,
+    info: &'a QuotaInfo,
+    stored: Option<&'a QuotaInfo>,
+    children: Option<&'a BTreeSet<String>>,
+}
+
+impl<'a> Tree<'a> {
+    fn name(&self) -> &'a str {
+        self.info.name.as_str()
+    }
+
+    fn children(&self) -> impl Iterator<Item = &'a String> + use<'a> {
+        self.children.into_iter().flatten()
+    }
+
+    /// 1. is-parent may not flip under children or bound pods.
+    fn is_parent_kept_under_children_or_pods(&self, pods: &dyn BoundPods) -> Result<(), String> {
+        let (name, info) = (self.name(), self.info);
+        let Some(old) = self.stored.filter(|old| old.is_parent != info.is_parent) else {
+            return Ok(());
+        };
+        if old.is_parent && self.children.map_or(0, |c| c.len()) > 0 {
             return Err(format!(
                 "quota has children, isParent is forbidden to modify as false, quotaName:{name}"
             ));
@@ -217,45 +257,45 @@ fn check_tree(
                 ));
             }
         }
+        Ok(())
     }
 
-    // 2. One tree id across a tree.
-    if let Some(old) = stored.filter(|old| old.tree_id != info.tree_id) {
-        return Err(format!(
-            "{name} tree id changed [{}] vs [{}]",
-            old.tree_id, info.tree_id
-        ));
-    }
-    let parent = (info.parent != ROOT_QUOTA)
-        .then(|| topology.get(&info.parent))
-        .flatten();
-    if let Some(parent) = parent.filter(|p| p.tree_id != info.tree_id) {
-        return Err(format!(
-            "{name} tree id is different from parent {}, [{}] vs [{}]",
-            parent.name, info.tree_id, parent.tree_id
-        ));
-    }
-    for child in children
-        .into_iter()
-        .flatten()
-        .filter_map(|c| topology.get(c))
-    {
-        if child.tree_id != info.tree_id {
+    /// 2. One tree id across a tree: unchanged, the parent's, every child's.
+    fn one_tree_id(&self) -> Result<(), String> {
+        let (name, info, topology) = (self.name(), self.info, self.topology);
+        if let Some(old) = self.stored.filter(|old| old.tree_id != info.tree_id) {
             return Err(format!(
-                "{name} tree id is different from child {}, [{}] vs [{}]",
-                child.name, info.tree_id, child.tree_id
+                "{name} tree id changed [{}] vs [{}]",
+                old.tree_id, info.tree_id
             ));
         }
+        let parent = (info.parent != ROOT_QUOTA)
+            .then(|| topology.get(&info.parent))
+            .flatten();
+        if let Some(parent) = parent.filter(|p| p.tree_id != info.tree_id) {
+            return Err(format!(
+                "{name} tree id is different from parent {}, [{}] vs [{}]",
+                parent.name, info.tree_id, parent.tree_id
+            ));
+        }
+        for child in self.children().filter_map(|c| topology.get(c)) {
+            if child.tree_id != info.tree_id {
+                return Err(format!(
+                    "{name} tree id is different from child {}, [{}] vs [{}]",
+                    child.name, info.tree_id, child.tree_id
+                ));
+            }
+        }
+        Ok(())
     }
 
-    // 3. A leaf directly under the root has nothing more to agree with.
-    if info.parent == ROOT_QUOTA && !info.is_parent {
-        return Ok(());
-    }
-
-    // 4. The parent must exist and be a parent.
-    let parent = if info.parent != ROOT_QUOTA {
-        let p = &info.parent;
+    /// 4. The parent (none under the root) must exist and be a parent.
+    fn parent(&self) -> Result<Option<&'a QuotaInfo>, String> {
+        let (name, topology) = (self.name(), self.topology);
+        let p = &self.info.parent;
+        if p == ROOT_QUOTA {
+            return Ok(None);
+        }
         let parent = topology.get(p).ok_or_else(|| {
             format!("{name} has parentName {p} but not find parentInfo in quotaInfoMap")
         })?;
@@ -269,27 +309,37 @@ fn check_tree(
                 "{name} has parentName {p} but the parentQuotaInfo's IsParent is false"
             ));
         }
-        Some(parent)
-    } else {
-        None
-    };
-
-    // 5. Resource keys against the parent and every child.
-    if let Some(parent) = parent {
-        check_keys(info, parent, Reviewed::Child, gates)?;
-    }
-    for child_name in children.into_iter().flatten() {
-        let child = topology.get(child_name).ok_or_else(|| {
-            format!("{KEY_PREFIX}internal error: quotaInfoMap and quotaTree information out of sync, losed :{child_name}")
-        })?;
-        check_keys(child, info, Reviewed::Parent, gates)?;
+        Ok(Some(parent))
     }
 
-    // 6. Children's min fits in the parent's min.
-    if !info.allow_force_update && !info.is_root {
+    /// 5. Resource keys against the parent and every child.
+    fn resource_keys(
+        &self,
+        parent: Option<&QuotaInfo>,
+        gates: &FeatureGates,
+    ) -> Result<(), String> {
+        if let Some(parent) = parent {
+            check_keys(self.info, parent, Reviewed::Child, gates)?;
+        }
+        for child_name in self.children() {
+            let child = self.topology.get(child_name).ok_or_else(|| {
+                format!("{KEY_PREFIX}internal error: quotaInfoMap and quotaTree information out of sync, losed :{child_name}")
+            })?;
+            check_keys(child, self.info, Reviewed::Parent, gates)?;
+        }
+        Ok(())
+    }
+
+    /// 6. The children's min fits in the parent's min: its siblings' with it in its parent's, its
+    ///    own children's in its own.
+    fn min_sums(&self, parent: Option<&QuotaInfo>) -> Result<(), String> {
+        let (name, info, topology) = (self.name(), self.info, self.topology);
+        if info.allow_force_update || info.is_root {
+            return Ok(());
+        }
         if let Some(parent) = parent {
             let mut sum = children_sum(topology, &parent.name, |s| &s.min);
-            if let Some(old) = stored.filter(|old| old.parent == parent.name) {
+            if let Some(old) = self.stored.filter(|old| old.parent == parent.name) {
                 sum.sub(&old.min);
             }
             sum.add(&info.min);
@@ -305,30 +355,38 @@ fn check_tree(
                 "checkMinQuotaSum all children's MinQuota > current MinQuota, current: {name}"
             ));
         }
+        Ok(())
     }
 
-    // 7. Unlike Koordinator, which has no such check: the parent must not be the quota itself or
-    //    one of its descendants (a cycle breaks every sum up the tree). Checked after Koordinator's
-    //    own checks, so that a change Koordinator refuses gets Koordinator's message.
-    if let Some(parent) = parent
-        && creates_cycle(topology, name, &parent.name)
-    {
-        return Err(format!(
-            "{name} has parentName {} which would make the quota tree a cycle",
-            parent.name
-        ));
+    /// 7. Unlike Koordinator, which has no such check: the parent must not be the quota itself or
+    ///    one of its descendants (a cycle breaks every sum up the tree). Checked after
+    ///    Koordinator's own checks, so that a change Koordinator refuses gets Koordinator's message.
+    fn no_cycle(&self, parent: Option<&QuotaInfo>) -> Result<(), String> {
+        match parent {
+            Some(parent) if creates_cycle(self.topology, self.name(), &parent.name) => {
+                Err(format!(
+                    "{} has parentName {} which would make the quota tree a cycle",
+                    self.name(),
+                    parent.name
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
-    // 8. Guaranteed capacity up the tree.
-    if gates.enabled(Gate::ElasticQuotaGuaranteeUsage)
-        && !info.allow_force_update
-        && !info.tree_id.is_empty()
-        && !info.is_root
-        && !info.min.le_completely(&info.guaranteed)
-    {
-        check_guarantee(topology, info)?;
+    /// 8. Guaranteed capacity up the tree.
+    fn guarantee(&self, gates: &FeatureGates) -> Result<(), String> {
+        let info = self.info;
+        if gates.enabled(Gate::ElasticQuotaGuaranteeUsage)
+            && !info.allow_force_update
+            && !info.tree_id.is_empty()
+            && !info.is_root
+            && !info.min.le_completely(&info.guaranteed)
+        {
+            check_guarantee(self.topology, info)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A running sum over the children of `parent`, from the topology.
