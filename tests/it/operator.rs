@@ -20,7 +20,7 @@ use serde_json::json;
 use support::certs::{
     MUTATING, VALIDATING, break_secrets_and_wait_for_repair, bundle_certs, bundles, data,
 };
-use support::operator::{Cluster, Load, eventually};
+use support::operator::{Cluster, Load, Operator, eventually};
 
 const NS: &str = "koordinator-system";
 
@@ -55,13 +55,30 @@ fn dry_run() -> PostParams {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_install_rotation_drift_and_loss() {
     let cluster = Cluster::start().await;
-    let client = cluster.client.clone();
     let operator = cluster.operator(
         "replica-a",
         &["--cert-validity", "8s", "--renew-fraction", "0.5"],
     );
+    let installed = a_fresh_install_is_ready_and_called(&cluster, &operator).await;
+    serving_rotations_fail_nothing(&installed, &operator).await;
+    drift_is_repaired_and_named(&cluster, &installed).await;
+    lost_secrets_are_recreated(&cluster, &installed, &operator).await;
+    drop(operator);
+    a_gate_turned_off_removes_only_its_entries(&cluster).await;
+}
 
-    // 1. Fresh install: both Secrets, the bundle on every entry, ready, and the API server calls us.
+/// What the steps after a fresh install compare with.
+struct Installed {
+    secrets: Api<Secret>,
+    pods: Api<Pod>,
+    ca_pem: String,
+    bundle: String,
+    first_serving: String,
+}
+
+/// 1. Fresh install: both Secrets, the bundle on every entry, ready, and the API server calls us.
+async fn a_fresh_install_is_ready_and_called(cluster: &Cluster, operator: &Operator) -> Installed {
+    let client = cluster.client.clone();
     operator.wait_ready(Duration::from_secs(60)).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let ca_secret = secrets.get("webhook-ca").await.unwrap();
@@ -93,10 +110,24 @@ async fn fresh_install_rotation_drift_and_loss() {
         .await
         .unwrap();
 
-    // 2. Serving rotation every few seconds while pods are created: no failure, no restart.
-    let first_serving = data(&tls_secret, "tls.crt");
-    let load = Load::start(client.clone());
-    let mut certs = BTreeSet::from([first_serving]);
+    Installed {
+        first_serving: data(&tls_secret, "tls.crt"),
+        secrets,
+        pods,
+        ca_pem,
+        bundle,
+    }
+}
+
+/// 2. Serving rotation every few seconds while pods are created: no failure, no restart.
+async fn serving_rotations_fail_nothing(installed: &Installed, operator: &Operator) {
+    let Installed {
+        secrets,
+        first_serving,
+        ..
+    } = installed;
+    let load = Load::start(secrets.clone().into_client());
+    let mut certs = BTreeSet::from([first_serving.clone()]);
     let started = std::time::Instant::now();
     while certs.len() < 3 && started.elapsed() < Duration::from_secs(40) {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -128,9 +159,13 @@ async fn fresh_install_rotation_drift_and_loss() {
         ),
         "{metrics}"
     );
+}
 
-    // 3. Drift: a blanked caBundle comes back; so do a hand-edited failurePolicy and timeout, each
-    // named in an Event about the configuration.
+/// 3. Drift: a blanked caBundle comes back; so do a hand-edited failurePolicy and timeout, each
+/// named in an Event about the configuration.
+async fn drift_is_repaired_and_named(cluster: &Cluster, installed: &Installed) {
+    let client = cluster.client.clone();
+    let bundle = &installed.bundle;
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let blank = json!([
         {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""},
@@ -179,8 +214,18 @@ async fn fresh_install_rotation_drift_and_loss() {
             && note.contains(&format!("{} timeoutSeconds", entry.name)),
         "{note}"
     );
+}
 
-    // 4. webhook-tls deleted: recreated with the same CA.
+/// 4. webhook-tls deleted: recreated with the same CA; both deleted: a new CA, and readiness
+/// returns.
+async fn lost_secrets_are_recreated(cluster: &Cluster, installed: &Installed, operator: &Operator) {
+    let client = cluster.client.clone();
+    let Installed {
+        secrets,
+        pods,
+        ca_pem,
+        ..
+    } = installed;
     secrets
         .delete("webhook-tls", &DeleteParams::default())
         .await
@@ -227,9 +272,11 @@ async fn fresh_install_rotation_drift_and_loss() {
     pods.create(&dry_run(), &pod("after-new-ca", json!({})))
         .await
         .unwrap();
-    drop(operator);
+}
 
-    // 5. A gate turned off removes its entries, and only those.
+/// 5. A gate turned off removes its entries, and only those.
+async fn a_gate_turned_off_removes_only_its_entries(cluster: &Cluster) {
+    let client = cluster.client.clone();
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let entry_names = || async {
         validating
