@@ -162,7 +162,7 @@ async fn serving_rotations_fail_nothing(installed: &Installed, operator: &Operat
 }
 
 /// 3. Drift: a blanked caBundle comes back; so do a hand-edited failurePolicy and timeout, each
-/// named in an Event about the configuration.
+///    named in an Event about the configuration.
 async fn drift_is_repaired_and_named(cluster: &Cluster, installed: &Installed) {
     let client = cluster.client.clone();
     let bundle = &installed.bundle;
@@ -217,7 +217,7 @@ async fn drift_is_repaired_and_named(cluster: &Cluster, installed: &Installed) {
 }
 
 /// 4. webhook-tls deleted: recreated with the same CA; both deleted: a new CA, and readiness
-/// returns.
+///    returns.
 async fn lost_secrets_are_recreated(cluster: &Cluster, installed: &Installed, operator: &Operator) {
     let client = cluster.client.clone();
     let Installed {

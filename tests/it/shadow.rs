@@ -106,7 +106,23 @@ fn rule_results(metrics: &str, rule: &str, result: &str) -> u64 {
 async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_koordinators() {
     let cp = ControlPlane::start();
     let client = cp.client().await;
-    apply_established(&cp, "crds");
+    let (koordinator_ca, before) = koordinator_and_a_shadow_installed(&cp);
+    let dir = tempfile::tempdir().unwrap();
+    let replica = a_shadow_replica(&cp, dir.path()).await;
+    its_own_configuration_fails_open(&client, &koordinator_ca).await;
+    what_it_would_refuse_is_admitted_and_counted(&cp, &client, &replica).await;
+    nothing_of_koordinators_is_written(&cp, &client, &before).await;
+    every_answer_was_taken(&cp, &replica).await;
+    drop(replica);
+    uninstall_removes_the_shadow_only(&cp, &client, &before).await;
+}
+
+/// Koordinator's objects and koord-manager's webhook Secret, then the shadow install as a user
+/// renders it; what Koordinator's objects were before the shadow ran.
+fn koordinator_and_a_shadow_installed(
+    cp: &ControlPlane,
+) -> (koord_webhook::certs::PemPair, String) {
+    apply_established(cp, "crds");
     cp.kubectl_ok(&["apply", "-f", "-"], Some(KOORDINATOR));
     // koord-manager's webhook Secret: a shadow does not take its CA over.
     let koordinator_ca = support::new_pair("koordinator-ca");
@@ -130,13 +146,16 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
         .unwrap();
     let rendered = support::succeeded(&["manifests", "--mode", "shadow"], &out);
     cp.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&rendered));
-    let before = koordinators(&cp);
+    let before = koordinators(cp);
 
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kubeconfig_as(&cp, dir.path(), SHADOW_USER, "shadow.kubeconfig");
+    (koordinator_ca, before)
+}
+
+async fn a_shadow_replica(cp: &ControlPlane, dir: &std::path::Path) -> Operator {
+    let kubeconfig = kubeconfig_as(cp, dir, SHADOW_USER, "shadow.kubeconfig");
     let replica = Operator::start(
         &kubeconfig,
-        dir.path(),
+        dir,
         "shadow-0",
         &[
             "--mode",
@@ -149,7 +168,14 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
     );
     replica.wait_ready(Duration::from_secs(60)).await;
 
-    // Its own configuration, written in URL mode with its own CA, every entry failing open.
+    replica
+}
+
+/// Its own configuration, written in URL mode with its own CA, every entry failing open.
+async fn its_own_configuration_fails_open(
+    client: &kube::Client,
+    koordinator_ca: &koord_webhook::certs::PemPair,
+) {
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let own = configurations.get(SHADOW).await.unwrap();
     let entries = own.webhooks.unwrap_or_default();
@@ -175,9 +201,15 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
         );
         assert!(entry.client_config.url.is_some(), "{}", entry.name);
     }
+}
 
-    // A BE pod at koord-prod priority (ColocationQoSPriority refuses it), a GPU request only
-    // the stricter gate refuses, and a child quota whose min exceeds its max: all admitted, stored.
+/// A BE pod at koord-prod priority (ColocationQoSPriority refuses it), a GPU request only
+/// the stricter gate refuses, and a child quota whose min exceeds its max: all admitted, stored.
+async fn what_it_would_refuse_is_admitted_and_counted(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    replica: &Operator,
+) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
     let be = support::pod(
         "team-a",
@@ -187,7 +219,7 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
     );
     let mut be: Pod = be;
     be.spec.as_mut().unwrap().priority_class_name = Some("koord-prod".to_owned());
-    let (probe_pods, probe, r) = (pods.clone(), be.clone(), &replica);
+    let (probe_pods, probe, r) = (pods.clone(), be.clone(), replica);
     eventually(
         Duration::from_secs(20),
         "the shadow's entries called",
@@ -246,11 +278,17 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
         json!({"cpu": "1"}),
     );
     pods.create(&PostParams::default(), &charged).await.unwrap();
+}
 
-    // Nothing of Koordinator's written: every object as it was (the quotas created above are new
-    // ones, made by the test), and no quota carries a write by koord-webhook.
+/// Nothing of Koordinator's written: every object as it was (the quotas created above are new
+/// ones, made by the test), and no quota carries a write by koord-webhook.
+async fn nothing_of_koordinators_is_written(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    before: &str,
+) {
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = koordinators(&cp);
+    let after = koordinators(cp);
     let unchanged: Vec<&str> = before.lines().filter(|l| !after.contains(*l)).collect();
     assert!(
         unchanged.is_empty(),
@@ -276,8 +314,11 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
             "{annotations:?}"
         );
     }
-    // Every answer of the shadow's was taken: its entries were called (the mutating paths through
-    // validating entries among them) and none failed open.
+}
+
+/// Every answer of the shadow's was taken: its entries were called (the mutating paths through
+/// validating entries among them) and none failed open.
+async fn every_answer_was_taken(cp: &ControlPlane, replica: &Operator) {
     let api_metrics = cp.apiserver_metrics().await;
     let calls = support::webhook_calls(&api_metrics, ".shadow.koord-webhook.io");
     for entry in ["mpod-create", "vpod", "velasticquota"] {
@@ -293,9 +334,11 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
         replica_log.contains("would deny"),
         "a would-deny log line:\n{replica_log}"
     );
+}
 
-    // `uninstall --mode shadow` removes the shadow and only it.
-    drop(replica);
+/// `uninstall --mode shadow` removes the shadow and only it.
+async fn uninstall_removes_the_shadow_only(cp: &ControlPlane, client: &kube::Client, before: &str) {
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
         .args([
             "uninstall",
@@ -310,7 +353,7 @@ async fn a_shadow_admits_what_it_would_refuse_counts_it_and_touches_nothing_of_k
         .unwrap();
     support::succeeded(&["uninstall", "--mode", "shadow"], &out);
     assert!(configurations.get_opt(SHADOW).await.unwrap().is_none());
-    let left = koordinators(&cp);
+    let left = koordinators(cp);
     let gone: Vec<&str> = before.lines().filter(|l| !left.contains(*l)).collect();
     assert!(gone.is_empty(), "removed or changed by uninstall: {gone:?}");
 }
