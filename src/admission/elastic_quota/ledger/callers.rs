@@ -11,9 +11,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Changes that never showed, with none that did, before a caller is no longer waited for.
-pub const STRIKES: u32 = 3;
+pub const STRIKES: u32 = 5;
 /// Callers remembered at most; past it, those with no change shown are forgotten.
 const MAX_CALLERS: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trust {
+    Trusted,
+    Unknown,
+    Distrusted,
+}
 
 #[derive(Default)]
 pub struct Callers {
@@ -44,10 +51,21 @@ impl Callers {
 
     /// Whether changes of `caller` are no longer waited for.
     pub fn distrusted(&self, caller: Option<&str>) -> bool {
-        let Some(caller) = caller else { return false };
+        self.trust(caller) == Trust::Distrusted
+    }
+
+    /// What is known of `caller`: a change of its showed (the API server's), [`STRIKES`] never
+    /// did and none did, or neither yet (and a change recorded without a caller).
+    pub fn trust(&self, caller: Option<&str>) -> Trust {
+        let Some(caller) = caller else {
+            return Trust::Unknown;
+        };
         let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        by.get(caller)
-            .is_some_and(|c| c.shown == 0 && c.never_shown >= STRIKES)
+        match by.get(caller) {
+            Some(c) if c.shown > 0 => Trust::Trusted,
+            Some(c) if c.never_shown >= STRIKES => Trust::Distrusted,
+            _ => Trust::Unknown,
+        }
     }
 }
 

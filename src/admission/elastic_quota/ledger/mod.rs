@@ -60,6 +60,7 @@ use crate::cache::Cache;
 
 mod bounds;
 mod callers;
+use callers::Trust;
 mod keys;
 mod record;
 #[cfg(test)]
@@ -75,6 +76,8 @@ use record::{next_record, seen_of, waited_for};
 
 /// Writes whose keys a replica remembers (see [`Known::recent`]).
 const RECENT_WRITES: usize = 64;
+/// How often a replica looks at the changes it has seen, for their callers' trust.
+const JUDGE_EVERY: Duration = Duration::from_millis(50);
 /// How often a replica reads the record while requests wait, to see what is recorded meanwhile.
 const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 /// Callers whose last write a replica remembers (past it, it forgets them all).
@@ -131,8 +134,29 @@ struct Known {
 struct Seen {
     at: Instant,
     judged: bool,
+    /// Looked at and not in the cache at least once.
+    pending: bool,
     /// Kept until judged: what tells whether it showed.
     change: Option<PendingChange>,
+}
+
+/// Changes whose first sight a replica remembers at most (each under 1 KiB: `MAX_ID_BYTES` and the
+/// other limits bound an entry).
+pub(super) const MAX_SEEN: usize = 8192;
+
+/// Forgets, of a full `seen`, those no one waits for any more, then the judged, then the older
+/// half: a change forgotten and met again is waited for again, at most [`MAX_WAIT`].
+fn make_room(seen: &mut HashMap<String, Seen>, now: Instant) {
+    seen.retain(|_, s| now.duration_since(s.at) < PENDING_TIMEOUT * 2);
+    if seen.len() >= MAX_SEEN {
+        seen.retain(|_, s| !s.judged);
+    }
+    if seen.len() >= MAX_SEEN {
+        let mut ages: Vec<Instant> = seen.values().map(|s| s.at).collect();
+        let (_, middle, _) = ages.select_nth_unstable(MAX_SEEN / 2);
+        let middle = *middle;
+        seen.retain(|_, s| s.at > middle);
+    }
 }
 
 /// What a change was checked against.
@@ -198,6 +222,17 @@ impl Ledger {
         cache: &Cache,
         mut check: impl FnMut() -> Result<A, Rejection>,
     ) -> Result<A, Rejection> {
+        within_the_api_servers_limits(&change)?;
+        let caller = crate::admission::caller::current().map(|ip| ip.to_string());
+        if self.inner.callers.distrusted(caller.as_deref()) {
+            // None of this caller's changes ever showed: checked against the cache, neither waiting
+            // nor recorded (so a forger's stream stops writing the record), and watched like a
+            // recorded one: if it shows, its caller is trusted again.
+            self.inner.judge_pending(cache);
+            let applied = check()?;
+            self.inner.first_seen(&PendingChange { caller, ..change });
+            return Ok(applied);
+        }
         let started = Instant::now();
         // Whether a change was recorded under its keys after it checked (it lost a write).
         let mut lost = false;
@@ -207,35 +242,36 @@ impl Ledger {
             self.inner.judge_pending(cache);
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
-                if self.inner.callers.distrusted(last.caller.as_deref()) {
-                    // Not waited for; shown, it wins its caller back its trust.
-                    if visible(last, cache) {
-                        self.inner.judge(last, true);
-                    }
+                let first_seen = self.inner.first_seen(last);
+                let trust = self.inner.callers.trust(last.caller.as_deref());
+                if trust == Trust::Distrusted {
+                    // Not waited for (looked at: shown after pending, it wins its caller back).
+                    self.inner.sight(last, cache);
                     continue;
                 }
-                let first_seen = self.inner.first_seen(last);
                 // Within its own MAX_WAIT a request waits for each change up to MAX_WAIT from when
                 // this replica first saw it; past it (forged changes before it may have used it
-                // up), only for a change that beat it to a write, and for WINNER_WAIT: that one
-                // was admitted after it checked, so it is checked again against a cache that
-                // holds it (a real one shows within milliseconds).
+                // up), only for a change that beat it to a write: that one was admitted after it
+                // checked, so it is checked again against a cache that holds it. For as long
+                // again if its caller's changes have shown before (the API server's), WINNER_WAIT
+                // if nothing is known of its caller yet.
+                let winner_wait = match trust {
+                    Trust::Trusted => MAX_WAIT,
+                    _ => WINNER_WAIT,
+                };
                 let waits = |first_seen: Instant| {
                     (started.elapsed() < MAX_WAIT && first_seen.elapsed() < MAX_WAIT)
-                        || (lost && first_seen.elapsed() < WINNER_WAIT)
+                        || (lost && first_seen.elapsed() < winner_wait)
                 };
                 while !visible(last, cache) && waits(first_seen) {
                     if started.elapsed() >= GIVE_UP {
                         return Err(busy(last));
                     }
+                    self.inner.sight(last, cache);
                     self.inner.observe().await;
                     tokio::time::sleep(POLL).await;
                 }
-                if visible(last, cache) {
-                    self.inner.judge(last, true);
-                } else if first_seen.elapsed() >= MAX_WAIT {
-                    self.inner.judge(last, false);
-                }
+                self.inner.sight(last, cache);
             }
             if keys() != wanted {
                 // The cache moved a quota between trees while we waited: wait for the new ones.
@@ -266,7 +302,8 @@ impl Ledger {
             tokio::spawn(self.inner.clone().flush());
             match verdict.await {
                 Ok(Verdict::Recorded) => {
-                    self.inner.first_seen(&change);
+                    // Seen as recorded, with its caller: judged like any other.
+                    self.inner.first_seen(&PendingChange { caller, ..change });
                     return Ok(applied);
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
@@ -449,14 +486,15 @@ impl Inner {
     fn first_seen(&self, change: &PendingChange) -> Instant {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        if seen.len() > MAX_ENTRIES * 4 {
-            seen.retain(|_, s| now.duration_since(s.at) < PENDING_TIMEOUT * 2);
+        if seen.len() >= MAX_SEEN && !seen.contains_key(&change.id) {
+            make_room(&mut seen, now);
         }
         seen.entry(change.id.clone())
             .or_insert_with(|| Seen {
                 at: now,
                 // Only a caller's changes are judged; the rest count as judged.
                 judged: change.caller.is_none(),
+                pending: false,
                 change: change.caller.is_some().then(|| change.clone()),
             })
             .at
@@ -481,44 +519,55 @@ impl Inner {
         }
     }
 
-    /// Judges every change this replica has seen in the record (still there or already replaced
-    /// by a later one) for [`MAX_WAIT`] and not judged yet, whether or not anyone waited for it: so
-    /// a forger racing real changes with fresh entries is known after its first few, not after a
-    /// few real changes have each waited for one. At most every [`POLL`].
+    /// Looks at every change this replica has seen recorded (still there or already replaced by
+    /// a later one) and not judged yet, whether or not anyone waits for it (`sight`): so a forger
+    /// racing real changes with fresh entries is known after its first few, not after a few real
+    /// changes have each waited for one. At most every [`JUDGE_EVERY`].
     fn judge_pending(&self, cache: &Cache) {
         {
             let mut last = self.judged_at.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|at| at.elapsed() < POLL) {
+            if last.is_some_and(|at| at.elapsed() < JUDGE_EVERY) {
                 return;
             }
             *last = Some(Instant::now());
         }
-        let due: Vec<PendingChange> = {
-            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.values_mut()
-                .filter(|s| !s.judged && s.at.elapsed() >= MAX_WAIT)
-                .filter_map(|s| {
-                    s.judged = true;
-                    s.change.take()
-                })
-                .collect()
+        let unjudged: Vec<PendingChange> = {
+            let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            seen.values().filter_map(|s| s.change.clone()).collect()
         };
-        for change in due {
-            self.callers
-                .judge(change.caller.as_deref(), visible(&change, cache));
+        for change in unjudged {
+            self.sight(&change, cache);
         }
     }
 
-    /// Counts a change waited for as shown or not for its caller, once.
-    fn judge(&self, change: &PendingChange, shown: bool) {
-        let first = {
+    /// One look at a recorded change with the cache at hand, for its caller's trust: not in the
+    /// cache, it has been pending; past [`MAX_WAIT`] still not there, it never showed (a strike);
+    /// there after having been pending, it showed (a credit). One in the cache from the start
+    /// (a DELETE of nothing, a CREATE of a name that exists: what the API server cannot store as
+    /// sent) earns nothing, so a forger cannot buy trust with such changes.
+    fn sight(&self, change: &PendingChange, cache: &Cache) {
+        let shown_now = visible(change, cache);
+        let verdict = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.get_mut(&change.id).is_some_and(|s| {
+            let Some(s) = seen.get_mut(&change.id).filter(|s| !s.judged) else {
+                return;
+            };
+            let old = s.at.elapsed() >= MAX_WAIT;
+            let verdict = match (shown_now, s.pending) {
+                (false, _) => {
+                    s.pending = true;
+                    old.then_some(Some(false))
+                }
+                (true, true) => Some(Some(true)),
+                (true, false) => old.then_some(None),
+            };
+            if verdict.is_some() {
+                s.judged = true;
                 s.change = None;
-                !std::mem::replace(&mut s.judged, true)
-            })
+            }
+            verdict
         };
-        if first {
+        if let Some(Some(shown)) = verdict {
             self.callers.judge(change.caller.as_deref(), shown);
         }
     }
@@ -614,6 +663,33 @@ fn in_turn(queued: Vec<Queued>, won: &HashMap<Option<std::net::IpAddr>, Instant>
     // Stable: within a turn and a caller's last write, the order by age stays.
     turns.sort_by_key(|(turn, q)| (*turn, won.get(&q.caller).copied()));
     turns.into_iter().map(|(_, q)| q).collect()
+}
+
+/// What the API server allows of what an entry records: a longer one is no change the API server
+/// sends (it validates names before the validating webhooks), so the record's entries stay small.
+const LIMITS: [(&str, usize); 4] = [
+    ("name", 253),
+    ("namespace", 63),
+    ("request uid", MAX_ID_BYTES),
+    ("resourceVersion", 64),
+];
+/// A request uid is a UUID (36 bytes); room for other forms.
+const MAX_ID_BYTES: usize = 128;
+
+fn within_the_api_servers_limits(change: &PendingChange) -> Result<(), Rejection> {
+    let fields = [
+        change.name.len(),
+        change.namespace.len(),
+        change.id.len(),
+        change.resource_version.as_deref().map_or(0, str::len),
+    ];
+    match LIMITS.iter().zip(fields).find(|((_, max), len)| len > max) {
+        Some(((what, max), len)) => Err(Rejection::invalid(format!(
+            "this ElasticQuota change's {what} is {len} bytes, more than the {max} the API server \
+             allows: no such change is stored"
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn busy(last: &PendingChange) -> Rejection {

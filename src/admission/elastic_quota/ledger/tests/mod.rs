@@ -613,8 +613,25 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
                 let _ = a
                     .admit(create(&id, "forged"), tree("t"), cache, || Ok(()))
                     .await;
+                // A round trip before the next: an answer is never instant.
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
+    });
+    // And, from the same address, a DELETE of a quota that does not exist every 2 s: "shown" at
+    // once, such changes must not buy the forger trust.
+    let deletes = answering_for(forger, async {
+        let mut n = 0;
+        while Instant::now() < until {
+            n += 1;
+            let id = format!("d{n}");
+            let nothing =
+                change_of(&id, &Operation::Delete, None, Some(&quota("nothing", "1"))).unwrap();
+            let _ = a
+                .admit(nothing, tree(&format!("d{n}")), &cache, || Ok(()))
+                .await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     });
     // A real change of tree t through replica b every 3 s, stored 20 ms after it is admitted.
     let reals = async {
@@ -637,7 +654,7 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
         }
         took
     };
-    let (took, _) = futures::join!(reals, futures::future::join_all(forgers));
+    let (took, _, _) = futures::join!(reals, futures::future::join_all(forgers), deletes);
     eprintln!("{took:?}");
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
     // Once replica b has waited in vain for a few of the forger's changes, it stops waiting.
@@ -646,4 +663,41 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
         late.iter().all(|(_, t)| *t < Duration::from_millis(500)),
         "{late:?}"
     );
+}
+
+#[tokio::test]
+async fn a_change_the_api_server_could_not_send_is_refused_before_the_record() {
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(MemoryLedgerStore::default());
+    let ledger = Ledger::new(store.clone());
+    let long = create("1", &"q".repeat(254));
+    let denied = ledger
+        .admit(long, tree("t"), &cache, || Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, 400);
+    assert!(
+        denied.message.contains("name is 254 bytes"),
+        "{}",
+        denied.message
+    );
+    let long_uid = create(&"u".repeat(129), "q");
+    assert!(
+        ledger
+            .admit(long_uid, tree("t"), &cache, || Ok(()))
+            .await
+            .is_err()
+    );
+    assert!(store.read().await.unwrap().last.is_empty());
+}
+
+#[test]
+fn the_changes_a_replica_has_seen_are_bounded() {
+    let inner = Ledger::new(Arc::new(MemoryLedgerStore::default())).inner;
+    for i in 0..MAX_SEEN * 3 {
+        let mut change = create(&format!("{i:0>100}"), "q");
+        change.caller = Some("10.0.0.66".into());
+        inner.first_seen(&change);
+    }
+    assert!(inner.seen.lock().unwrap().len() <= MAX_SEEN);
 }
