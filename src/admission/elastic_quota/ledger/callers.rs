@@ -1,11 +1,11 @@
 //! Which callers' changes show up. Without client authentication the ledger cannot tell a forged
 //! review from a real one when it is sent; it can afterwards: a real change reaches the cache within
 //! milliseconds, a forged one never does. Each replica counts, per caller (the peer address each
-//! entry records), the changes it waited for that showed and those that never did; a caller with
-//! [`STRIKES`] changes that never showed and none that did is not waited for any more, so a forger
-//! racing real changes with fresh entries stops costing them anything after a few. The API server's
-//! own address keeps its trust with every change of its that shows (one that a later webhook denies
-//! never shows: it takes many of those in a row, and none stored between, to lose it).
+//! entry records), the changes it has seen recorded that showed after being pending, and those that
+//! never did (`Inner::sight`); a caller with [`STRIKES`] that never showed and none that did is
+//! distrusted: not waited for, and its own changes not recorded, so a forger racing real changes
+//! with fresh entries stops costing them anything after a few. The API server's address keeps its
+//! trust with every change of its that shows.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
