@@ -230,7 +230,7 @@ impl Ledger {
             // recorded one: if it shows, its caller is trusted again.
             self.inner.judge_pending(cache);
             let applied = check()?;
-            self.inner.first_seen(&PendingChange { caller, ..change });
+            self.inner.seen_own(&PendingChange { caller, ..change });
             return Ok(applied);
         }
         let started = Instant::now();
@@ -303,7 +303,7 @@ impl Ledger {
             match verdict.await {
                 Ok(Verdict::Recorded) => {
                     // Seen as recorded, with its caller: judged like any other.
-                    self.inner.first_seen(&PendingChange { caller, ..change });
+                    self.inner.seen_own(&PendingChange { caller, ..change });
                     return Ok(applied);
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
@@ -516,6 +516,20 @@ impl Inner {
             for change in record.last.values() {
                 self.first_seen(change);
             }
+        }
+    }
+
+    /// A change this replica admits itself: pending by definition (the API server stores it only
+    /// after the answer), so if it shows, its caller is credited.
+    fn seen_own(&self, change: &PendingChange) {
+        self.first_seen(change);
+        if let Some(s) = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&change.id)
+        {
+            s.pending = true;
         }
     }
 

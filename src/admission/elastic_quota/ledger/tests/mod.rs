@@ -701,3 +701,38 @@ fn the_changes_a_replica_has_seen_are_bounded() {
     }
     assert!(inner.seen.lock().unwrap().len() <= MAX_SEEN);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_api_servers_changes_that_show_keep_it_trusted_through_denials_downstream() {
+    use crate::admission::caller::answering_for;
+    let writer = Mutex::new(CacheWriter::default());
+    let cache = writer.lock().unwrap().reader();
+    let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
+    let api_server: Option<std::net::IpAddr> = Some("10.0.0.1".parse().unwrap());
+    // One change that shows, then many a later webhook denies (never stored): still trusted.
+    answering_for(
+        api_server,
+        ledger.admit(create("s", "shown"), tree("s"), &cache, || Ok(())),
+    )
+    .await
+    .unwrap();
+    writer
+        .lock()
+        .unwrap()
+        .apply(CachedObject::ElasticQuota(quota("shown", "2")));
+    for i in 0..20 {
+        let id = format!("denied{i}");
+        answering_for(
+            api_server,
+            ledger.admit(create(&id, &id), tree(&id), &cache, || Ok(())),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(MAX_WAIT).await;
+        ledger.inner.judge_pending(&cache);
+    }
+    assert_eq!(
+        ledger.inner.callers.trust(Some("10.0.0.1")),
+        callers::Trust::Trusted
+    );
+}
