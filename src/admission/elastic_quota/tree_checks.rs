@@ -1,7 +1,8 @@
 //! The rules a quota must satisfy within the tree, for CREATE, UPDATE and DELETE.
 //!
 //! Pure functions of the topology, the quota and a view of the bound pods; the plugin in
-//! `validate.rs` runs them under the topology's write lock and applies the accepted change.
+//! `validate.rs` runs them on the cache's tree (with its own pending changes laid over it without
+//! a ledger: `overlay.rs`), and the cache's tree itself is written only by `cache/quotas.rs`.
 
 use std::collections::BTreeSet;
 
@@ -209,7 +210,7 @@ fn check_tree(
     };
     tree.is_parent_kept_under_children_or_pods(pods)?;
     tree.one_tree_id()?;
-    // A leaf directly under the root has nothing more to agree with.
+    // 3. A leaf directly under the root has nothing more to agree with.
     if info.parent == ROOT_QUOTA && !info.is_parent {
         return Ok(());
     }
