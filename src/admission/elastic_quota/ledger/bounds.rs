@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use crate::admission::outcome::Rejection;
+use crate::admission::ports::PendingChange;
+
 /// After this long (on the local clock) a change still not in the cache may leave a full record:
 /// every replica stopped waiting for it at [`MAX_WAIT`], and a real one would have been stored
 /// within the API server's webhook timeout (10 s).
@@ -47,3 +50,30 @@ pub const HARD_MAX_ENTRIES: usize = MAX_ENTRIES * 4;
 /// An entry this replica's cache shows may leave a full record once it is this old (seconds): the
 /// other replicas' watches have had the time to deliver it too.
 pub(super) const SEEN_GRACE_SECONDS: i64 = 2;
+
+/// What the API server allows of what an entry records: a longer one is no change the API server
+/// sends (it validates names before the validating webhooks), so the record's entries stay small.
+const LIMITS: [(&str, usize); 4] = [
+    ("name", 253),
+    ("namespace", 63),
+    ("request uid", MAX_ID_BYTES),
+    ("resourceVersion", 64),
+];
+/// A request uid is a UUID (36 bytes); room for other forms.
+const MAX_ID_BYTES: usize = 128;
+
+pub(super) fn within_the_api_servers_limits(change: &PendingChange) -> Result<(), Rejection> {
+    let fields = [
+        change.name.len(),
+        change.namespace.len(),
+        change.id.len(),
+        change.resource_version.as_deref().map_or(0, str::len),
+    ];
+    match LIMITS.iter().zip(fields).find(|((_, max), len)| len > max) {
+        Some(((what, max), len)) => Err(Rejection::invalid(format!(
+            "this ElasticQuota change's {what} is {len} bytes, more than the {max} the API server \
+             allows: no such change is stored"
+        ))),
+        None => Ok(()),
+    }
+}

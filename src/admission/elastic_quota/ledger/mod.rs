@@ -60,12 +60,15 @@ use crate::cache::Cache;
 
 mod bounds;
 mod callers;
+mod sightings;
 use callers::Trust;
+use sightings::Seen;
 mod keys;
 mod record;
 #[cfg(test)]
 mod tests;
 
+use bounds::within_the_api_servers_limits;
 pub use bounds::{
     BATCH_KEYS, GIVE_UP, HARD_MAX_ENTRIES, MAX_ENTRIES, MAX_WAIT, PENDING_TIMEOUT, POLL,
     WHOLE_RECORD, WINNER_WAIT,
@@ -76,10 +79,6 @@ use record::{next_record, seen_of, waited_for};
 
 /// Writes whose keys a replica remembers (see [`Known::recent`]).
 const RECENT_WRITES: usize = 64;
-/// How often a replica looks at the changes it has seen, for their callers' trust.
-const JUDGE_EVERY: Duration = Duration::from_millis(50);
-/// How often a replica reads the record while requests wait, to see what is recorded meanwhile.
-const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 /// Callers whose last write a replica remembers (past it, it forgets them all).
 const MAX_CALLERS: usize = 4096;
 /// Conflicting writes one flush tries before it lets its changes check again.
@@ -128,35 +127,6 @@ struct Known {
     /// The keys of the last [`RECENT_WRITES`] writes of this epoch, by write count: what tells a
     /// change that saw a key empty whether a write since filled it (and then dropped it again).
     recent: VecDeque<(u64, BTreeSet<String>)>,
-}
-
-/// When this replica first saw a change, and whether it was judged for its caller.
-struct Seen {
-    at: Instant,
-    judged: bool,
-    /// Looked at and not in the cache at least once.
-    pending: bool,
-    /// Kept until judged: what tells whether it showed.
-    change: Option<PendingChange>,
-}
-
-/// Changes whose first sight a replica remembers at most (each under 1 KiB: `MAX_ID_BYTES` and the
-/// other limits bound an entry).
-pub(super) const MAX_SEEN: usize = 8192;
-
-/// Forgets, of a full `seen`, those no one waits for any more, then the judged, then the older
-/// half: a change forgotten and met again is waited for again, at most [`MAX_WAIT`].
-fn make_room(seen: &mut HashMap<String, Seen>, now: Instant) {
-    seen.retain(|_, s| now.duration_since(s.at) < PENDING_TIMEOUT * 2);
-    if seen.len() >= MAX_SEEN {
-        seen.retain(|_, s| !s.judged);
-    }
-    if seen.len() >= MAX_SEEN {
-        let mut ages: Vec<Instant> = seen.values().map(|s| s.at).collect();
-        let (_, middle, _) = ages.select_nth_unstable(MAX_SEEN / 2);
-        let middle = *middle;
-        seen.retain(|_, s| s.at > middle);
-    }
 }
 
 /// What a change was checked against.
@@ -482,110 +452,6 @@ impl Inner {
         }
     }
 
-    /// When this replica first saw the change `id`; forgets what no one can wait for any more.
-    fn first_seen(&self, change: &PendingChange) -> Instant {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if seen.len() >= MAX_SEEN && !seen.contains_key(&change.id) {
-            make_room(&mut seen, now);
-        }
-        seen.entry(change.id.clone())
-            .or_insert_with(|| Seen {
-                at: now,
-                // Only a caller's changes are judged; the rest count as judged.
-                judged: change.caller.is_none(),
-                pending: false,
-                change: change.caller.is_some().then(|| change.clone()),
-            })
-            .at
-    }
-
-    /// While a request waits, reads the record now and then (at most every [`OBSERVE_EVERY`] per
-    /// replica) only to see the changes recorded meanwhile: each is judged [`MAX_WAIT`] after
-    /// that, so a stream of forged changes is known within seconds even when no write of this
-    /// replica's meets it.
-    async fn observe(&self) {
-        {
-            let mut last = self.observed_at.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|at| at.elapsed() < OBSERVE_EVERY) {
-                return;
-            }
-            *last = Some(Instant::now());
-        }
-        if let Ok(record) = self.call(self.store.read()).await {
-            for change in record.last.values() {
-                self.first_seen(change);
-            }
-        }
-    }
-
-    /// A change this replica admits itself: pending by definition (the API server stores it only
-    /// after the answer), so if it shows, its caller is credited.
-    fn seen_own(&self, change: &PendingChange) {
-        self.first_seen(change);
-        if let Some(s) = self
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&change.id)
-        {
-            s.pending = true;
-        }
-    }
-
-    /// Looks at every change this replica has seen recorded (still there or already replaced by
-    /// a later one) and not judged yet, whether or not anyone waits for it (`sight`): so a forger
-    /// racing real changes with fresh entries is known after its first few, not after a few real
-    /// changes have each waited for one. At most every [`JUDGE_EVERY`].
-    fn judge_pending(&self, cache: &Cache) {
-        {
-            let mut last = self.judged_at.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|at| at.elapsed() < JUDGE_EVERY) {
-                return;
-            }
-            *last = Some(Instant::now());
-        }
-        let unjudged: Vec<PendingChange> = {
-            let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            seen.values().filter_map(|s| s.change.clone()).collect()
-        };
-        for change in unjudged {
-            self.sight(&change, cache);
-        }
-    }
-
-    /// One look at a recorded change with the cache at hand, for its caller's trust: not in the
-    /// cache, it has been pending; past [`MAX_WAIT`] still not there, it never showed (a strike);
-    /// there after having been pending, it showed (a credit). One in the cache from the start
-    /// (a DELETE of nothing, a CREATE of a name that exists: what the API server cannot store as
-    /// sent) earns nothing, so a forger cannot buy trust with such changes.
-    fn sight(&self, change: &PendingChange, cache: &Cache) {
-        let shown_now = visible(change, cache);
-        let verdict = {
-            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(s) = seen.get_mut(&change.id).filter(|s| !s.judged) else {
-                return;
-            };
-            let old = s.at.elapsed() >= MAX_WAIT;
-            let verdict = match (shown_now, s.pending) {
-                (false, _) => {
-                    s.pending = true;
-                    old.then_some(Some(false))
-                }
-                (true, true) => Some(Some(true)),
-                (true, false) => old.then_some(None),
-            };
-            if verdict.is_some() {
-                s.judged = true;
-                s.change = None;
-            }
-            verdict
-        };
-        if let Some(Some(shown)) = verdict {
-            self.callers.judge(change.caller.as_deref(), shown);
-        }
-    }
-
     /// A store call bounded by the call timeout.
     async fn call<T>(
         &self,
@@ -677,33 +543,6 @@ fn in_turn(queued: Vec<Queued>, won: &HashMap<Option<std::net::IpAddr>, Instant>
     // Stable: within a turn and a caller's last write, the order by age stays.
     turns.sort_by_key(|(turn, q)| (*turn, won.get(&q.caller).copied()));
     turns.into_iter().map(|(_, q)| q).collect()
-}
-
-/// What the API server allows of what an entry records: a longer one is no change the API server
-/// sends (it validates names before the validating webhooks), so the record's entries stay small.
-const LIMITS: [(&str, usize); 4] = [
-    ("name", 253),
-    ("namespace", 63),
-    ("request uid", MAX_ID_BYTES),
-    ("resourceVersion", 64),
-];
-/// A request uid is a UUID (36 bytes); room for other forms.
-const MAX_ID_BYTES: usize = 128;
-
-fn within_the_api_servers_limits(change: &PendingChange) -> Result<(), Rejection> {
-    let fields = [
-        change.name.len(),
-        change.namespace.len(),
-        change.id.len(),
-        change.resource_version.as_deref().map_or(0, str::len),
-    ];
-    match LIMITS.iter().zip(fields).find(|((_, max), len)| len > max) {
-        Some(((what, max), len)) => Err(Rejection::invalid(format!(
-            "this ElasticQuota change's {what} is {len} bytes, more than the {max} the API server \
-             allows: no such change is stored"
-        ))),
-        None => Ok(()),
-    }
 }
 
 fn busy(last: &PendingChange) -> Rejection {

@@ -1,0 +1,330 @@
+//! What forged changes (reviews the API server never sends, so never stored) can do to real ones:
+//! property searches over forged sequences, one caller's backlog, a forger racing through the
+//! other replica, changes the API server could not send, and the callers' trust.
+
+use super::*;
+use crate::admission::elastic_quota::ledger::sightings::MAX_SEEN;
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Forged changes (never stored) under any of the keys a real change has or not, on either
+    /// replica, answered before it arrives: the real change is recorded, never refused, within
+    /// MAX_WAIT of its start (and WINNER_WAIT more when its replica learns of one only by losing a
+    /// write to it).
+    #[test]
+    fn forged_changes_answered_before_a_real_one_delay_it_and_never_refuse_it(
+        forged in proptest::collection::vec((0usize..6, 0u64..3_000, proptest::bool::ANY), 0..24),
+        real_after in 0u64..8_000,
+        real_keys in proptest::collection::btree_set(0usize..6, 1..4),
+    ) {
+        let keys = ["t.a", "t.b", "n.x", "n.y", "n.fresh0", "n.fresh1"];
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let (outcome, took) = runtime.block_on(async {
+            let cache = CacheWriter::default().reader();
+            let store = Arc::new(MemoryLedgerStore::default());
+            let (one, two) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
+            for (i, (key, after, side)) in forged.iter().enumerate() {
+                tokio::time::sleep(Duration::from_millis(*after)).await;
+                let ledger = if *side { &one } else { &two };
+                let key = keys[*key].to_owned();
+                let forged = ledger.admit(create(&format!("f{i}"), "forged"), move || BTreeSet::from([key.clone()]), &cache, || Ok(()));
+                let _ = forged.await;
+            }
+            tokio::time::sleep(Duration::from_millis(real_after)).await;
+            let wanted: BTreeSet<String> = real_keys.iter().map(|k| keys[*k].to_owned()).collect();
+            let started = Instant::now();
+            let outcome = two.admit(create("real", "real"), || wanted.clone(), &cache, || Ok(())).await;
+            (outcome, started.elapsed())
+        });
+        proptest::prop_assert!(outcome.is_ok(), "refused: {:?}", outcome.err());
+        proptest::prop_assert!(took <= MAX_WAIT + WINNER_WAIT + POLL, "took {took:?}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Two real sibling changes that exclude each other (each fits only without the other), on
+    /// two replicas, stored some milliseconds after they are admitted, with forged changes under
+    /// their tree before them and racing them: never both admitted (each is checked against a
+    /// cache that holds the other, though forged changes used up its wait). Without forged changes
+    /// racing them: exactly one admitted, the other refused by the rule, never a 429.
+    #[test]
+    fn forged_changes_never_let_two_racing_siblings_both_in(
+        before in proptest::collection::vec(0u64..6_000, 0..6),
+        racing in proptest::collection::vec((0u64..8_000, proptest::bool::ANY), 0..8),
+        start in 0u64..7_000,
+        apart in 0u64..40,
+        stored_after in 1u64..300,
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let outcomes = runtime.block_on(async {
+            let writer = Mutex::new(CacheWriter::default());
+            let cache = writer.lock().unwrap().reader();
+            let store = Arc::new(MemoryLedgerStore::default());
+            let (one, two) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
+            let began = Instant::now();
+            let forgers = before.iter().map(|at| (*at, true)).chain(racing.iter().copied()).enumerate().map(|(i, (at, side))| {
+                let ledger = if side { &one } else { &two };
+                let cache = cache.clone();
+                let forger = Some(std::net::IpAddr::from([10, 0, 0, 66]));
+                crate::admission::caller::answering_for(forger, async move {
+                    tokio::time::sleep(Duration::from_millis(at)).await;
+                    let _ = ledger.admit(create(&format!("f{i}"), &format!("forged{i}")), tree("t"), &cache, || Ok(())).await;
+                })
+            });
+            let real = |ledger: &'static str, delay: u64| {
+                let ledger = if ledger == "one" { &one } else { &two };
+                let (writer, cache) = (&writer, cache.clone());
+                let (me, other) = if delay == start { ("r1", "r2") } else { ("r2", "r1") };
+                let api_server = Some(std::net::IpAddr::from([10, 0, 0, 1]));
+                crate::admission::caller::answering_for(api_server, async move {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    let outcome = ledger.admit(create(me, me), tree("t"), &cache, || {
+                        if visible(&create(other, other), &cache) {
+                            Err(Rejection::invalid("min sum exceeds the parent"))
+                        } else {
+                            Ok(())
+                        }
+                    }).await;
+                    if outcome.is_ok() {
+                        // The API server stores it; the watch delivers it a little later.
+                        tokio::time::sleep(Duration::from_millis(stored_after)).await;
+                        writer.lock().unwrap().apply(CachedObject::ElasticQuota(quota(me, "9")));
+                    }
+                    outcome.map_err(|e| e.code)
+                })
+            };
+            let (r1, r2, _) = futures::join!(
+                real("one", start),
+                real("two", start + apart + 1),
+                futures::future::join_all(forgers)
+            );
+            let _ = began;
+            (r1, r2)
+        });
+        let (r1, r2) = outcomes;
+        proptest::prop_assert!(!(r1.is_ok() && r2.is_ok()), "both admitted");
+        if racing.is_empty() {
+            proptest::prop_assert!(
+                matches!((r1, r2), (Ok(()), Err(400)) | (Err(400), Ok(()))),
+                "{r1:?} {r2:?}"
+            );
+        }
+    }
+}
+
+/// A store whose every call takes `latency`, as the API server's do.
+struct Slow(MemoryLedgerStore, Duration);
+
+impl LedgerStore for Slow {
+    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.1).await;
+            self.0.read().await
+        })
+    }
+    fn write<'a>(
+        &'a self,
+        version: &'a str,
+        last: &'a BTreeMap<String, PendingChange>,
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.1).await;
+            self.0.write(version, last).await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_callers_backlog_does_not_keep_anothers_change_from_being_recorded() {
+    use crate::admission::caller::answering_for;
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(Slow(
+        MemoryLedgerStore::default(),
+        Duration::from_millis(20),
+    ));
+    let ledger = Ledger::new(store.clone());
+    let forger = Some("10.0.0.66".parse().unwrap());
+    let api_server = Some("10.0.0.1".parse().unwrap());
+    // 200 forged changes of one tree from one caller, all sent first, kept coming as answered.
+    let forged = (0..200).map(|i| {
+        let (ledger, cache) = (&ledger, &cache);
+        answering_for(forger, async move {
+            let _ = ledger
+                .admit(create(&format!("f{i}"), "forged"), tree("t"), cache, || {
+                    Ok(())
+                })
+                .await;
+        })
+    });
+    let real = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let started = Instant::now();
+        let outcome = answering_for(
+            api_server,
+            ledger.admit(create("real", "real"), tree("t"), &cache, || Ok(())),
+        )
+        .await;
+        (outcome, started.elapsed())
+    };
+    let ((outcome, took), _) = futures::join!(real, futures::future::join_all(forged));
+    eprintln!("recorded after {took:?}");
+    outcome.unwrap();
+    assert!(took < GIVE_UP, "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_anything() {
+    use crate::admission::caller::answering_for;
+    let writer = Mutex::new(CacheWriter::default());
+    let cache = writer.lock().unwrap().reader();
+    let store = Arc::new(Slow(MemoryLedgerStore::default(), Duration::from_millis(5)));
+    let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
+    let forger = Some("10.0.0.66".parse().unwrap());
+    let api_server = Some("10.0.0.1".parse().unwrap());
+    let until = Instant::now() + Duration::from_secs(60);
+    // 64 connections to replica a, each sending a fresh forged change of tree t as soon as the
+    // last is answered, for a minute.
+    let forgers = (0..64).map(|c| {
+        let (a, cache) = (&a, &cache);
+        answering_for(forger, async move {
+            let mut n = 0;
+            while Instant::now() < until {
+                n += 1;
+                let id = format!("f{c}-{n}");
+                let _ = a
+                    .admit(create(&id, "forged"), tree("t"), cache, || Ok(()))
+                    .await;
+                // A round trip before the next: an answer is never instant.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    });
+    // And, from the same address, a DELETE of a quota that does not exist every 2 s: "shown" at
+    // once, such changes must not buy the forger trust.
+    let deletes = answering_for(forger, async {
+        let mut n = 0;
+        while Instant::now() < until {
+            n += 1;
+            let id = format!("d{n}");
+            let nothing =
+                change_of(&id, &Operation::Delete, None, Some(&quota("nothing", "1"))).unwrap();
+            let _ = a
+                .admit(nothing, tree(&format!("d{n}")), &cache, || Ok(()))
+                .await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    });
+    // A real change of tree t through replica b every 3 s, stored 20 ms after it is admitted.
+    let reals = async {
+        let mut took = Vec::new();
+        for i in 0..18 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let started = Instant::now();
+            let name = format!("real{i}");
+            let outcome = answering_for(
+                api_server,
+                b.admit(create(&name, &name), tree("t"), &cache, || Ok(())),
+            )
+            .await;
+            took.push((outcome.map_err(|e| e.code), started.elapsed()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            writer
+                .lock()
+                .unwrap()
+                .apply(CachedObject::ElasticQuota(quota(&name, "9")));
+        }
+        took
+    };
+    let (took, _, _) = futures::join!(reals, futures::future::join_all(forgers), deletes);
+    eprintln!("{took:?}");
+    assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
+    // Once replica b has waited in vain for a few of the forger's changes, it stops waiting.
+    let late = &took[took.len() / 2..];
+    assert!(
+        late.iter().all(|(_, t)| *t < Duration::from_millis(500)),
+        "{late:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_change_the_api_server_could_not_send_is_refused_before_the_record() {
+    let cache = CacheWriter::default().reader();
+    let store = Arc::new(MemoryLedgerStore::default());
+    let ledger = Ledger::new(store.clone());
+    let long = create("1", &"q".repeat(254));
+    let denied = ledger
+        .admit(long, tree("t"), &cache, || Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code, 400);
+    assert!(
+        denied.message.contains("name is 254 bytes"),
+        "{}",
+        denied.message
+    );
+    let long_uid = create(&"u".repeat(129), "q");
+    assert!(
+        ledger
+            .admit(long_uid, tree("t"), &cache, || Ok(()))
+            .await
+            .is_err()
+    );
+    assert!(store.read().await.unwrap().last.is_empty());
+}
+
+#[test]
+fn the_changes_a_replica_has_seen_are_bounded() {
+    let inner = Ledger::new(Arc::new(MemoryLedgerStore::default())).inner;
+    for i in 0..MAX_SEEN * 3 {
+        let mut change = create(&format!("{i:0>100}"), "q");
+        change.caller = Some("10.0.0.66".into());
+        inner.first_seen(&change);
+    }
+    assert!(inner.seen.lock().unwrap().len() <= MAX_SEEN);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_api_servers_changes_that_show_keep_it_trusted_through_denials_downstream() {
+    use crate::admission::caller::answering_for;
+    let writer = Mutex::new(CacheWriter::default());
+    let cache = writer.lock().unwrap().reader();
+    let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
+    let api_server: Option<std::net::IpAddr> = Some("10.0.0.1".parse().unwrap());
+    // One change that shows, then many a later webhook denies (never stored): still trusted.
+    answering_for(
+        api_server,
+        ledger.admit(create("s", "shown"), tree("s"), &cache, || Ok(())),
+    )
+    .await
+    .unwrap();
+    writer
+        .lock()
+        .unwrap()
+        .apply(CachedObject::ElasticQuota(quota("shown", "2")));
+    for i in 0..20 {
+        let id = format!("denied{i}");
+        answering_for(
+            api_server,
+            ledger.admit(create(&id, &id), tree(&id), &cache, || Ok(())),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(MAX_WAIT).await;
+        ledger.inner.judge_pending(&cache);
+    }
+    assert_eq!(
+        ledger.inner.callers.trust(Some("10.0.0.1")),
+        callers::Trust::Trusted
+    );
+}
