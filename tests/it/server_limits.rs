@@ -590,10 +590,26 @@ async fn every_endpoints_worst_shapes_at_once_stay_within_the_memory_limit() {
             bodies.push((spec.path, serde_json::to_vec(&review).unwrap()));
         }
     }
+    // One address gets 8 handshakes at once (the server's `HANDSHAKES_PER_ADDRESS`), the rest
+    // wait at most 1 s and are closed: on a slow machine, busy decoding, 26 at once lost some.
+    // The API server opens a handful at a time; so does this caller, retrying a closed handshake.
+    let handshakes = std::sync::Arc::new(tokio::sync::Semaphore::new(8));
     let mut reviews = tokio::task::JoinSet::new();
     for (path, body) in bodies {
+        let handshakes = handshakes.clone();
         reviews.spawn(async move {
-            let mut conn = connect(addr, Proto::Http1).await.unwrap();
+            let mut conn = None;
+            for _ in 0..20 {
+                let _turn = handshakes.acquire().await.unwrap();
+                match connect(addr, Proto::Http1).await {
+                    Ok(c) => {
+                        conn = Some(c);
+                        break;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+            let mut conn = conn.unwrap_or_else(|| panic!("{path}: no handshake in 20 tries"));
             let status = conn.post(&format!("{path}?timeout=10s"), body).await.0;
             (path, status.as_u16())
         });

@@ -62,7 +62,7 @@ mod bounds;
 mod callers;
 mod sightings;
 use callers::Trust;
-use sightings::Seen;
+use sightings::Sightings;
 mod keys;
 mod record;
 #[cfg(test)]
@@ -98,13 +98,8 @@ pub struct Ledger {
 
 struct Inner {
     store: Arc<dyn LedgerStore>,
-    /// Change id -> when this replica first saw it as someone's last change, and whether it has
-    /// been judged (shown or not) for its caller.
-    seen: Mutex<HashMap<String, Seen>>,
-    /// Whose changes show up, and when this replica last looked (`judge_pending`).
-    callers: callers::Callers,
-    judged_at: Mutex<Option<Instant>>,
-    observed_at: Mutex<Option<Instant>>,
+    /// What this replica has seen of the record, and whose changes show up.
+    sightings: Sightings,
     /// Timeout of each call to the store.
     call_timeout: Duration,
     /// Checked changes waiting for the next flush.
@@ -170,10 +165,7 @@ impl Ledger {
         Self {
             inner: Arc::new(Inner {
                 store,
-                seen: Mutex::default(),
-                callers: callers::Callers::default(),
-                judged_at: Mutex::default(),
-                observed_at: Mutex::default(),
+                sightings: Sightings::default(),
                 call_timeout: Duration::from_secs(2),
                 queue: Mutex::default(),
                 known: tokio::sync::Mutex::default(),
@@ -194,13 +186,15 @@ impl Ledger {
     ) -> Result<A, Rejection> {
         within_the_api_servers_limits(&change)?;
         let caller = crate::admission::caller::current().map(|ip| ip.to_string());
-        if self.inner.callers.distrusted(caller.as_deref()) {
+        if self.inner.sightings.callers.distrusted(caller.as_deref()) {
             // None of this caller's changes ever showed: checked against the cache, neither waiting
             // nor recorded (so a forger's stream stops writing the record), and watched like a
             // recorded one: if it shows, its caller is trusted again.
-            self.inner.judge_pending(cache);
+            self.inner.sightings.judge_pending(cache);
             let applied = check()?;
-            self.inner.seen_own(&PendingChange { caller, ..change });
+            self.inner
+                .sightings
+                .seen_own(&PendingChange { caller, ..change });
             return Ok(applied);
         }
         let started = Instant::now();
@@ -209,14 +203,14 @@ impl Ledger {
         loop {
             let snapshot = self.inner.snapshot().await.map_err(|e| unavailable(&e))?;
             let record = &snapshot.record;
-            self.inner.judge_pending(cache);
+            self.inner.sightings.judge_pending(cache);
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
-                let first_seen = self.inner.first_seen(last);
-                let trust = self.inner.callers.trust(last.caller.as_deref());
+                let first_seen = self.inner.sightings.first_seen(last);
+                let trust = self.inner.sightings.callers.trust(last.caller.as_deref());
                 if trust == Trust::Distrusted {
                     // Not waited for (looked at: shown after pending, it wins its caller back).
-                    self.inner.sight(last, cache);
+                    self.inner.sightings.sight(last, cache);
                     continue;
                 }
                 // Within its own MAX_WAIT a request waits for each change up to MAX_WAIT from when
@@ -237,11 +231,11 @@ impl Ledger {
                     if started.elapsed() >= GIVE_UP {
                         return Err(busy(last));
                     }
-                    self.inner.sight(last, cache);
+                    self.inner.sightings.sight(last, cache);
                     self.inner.observe().await;
                     tokio::time::sleep(POLL).await;
                 }
-                self.inner.sight(last, cache);
+                self.inner.sightings.sight(last, cache);
             }
             if keys() != wanted {
                 // The cache moved a quota between trees while we waited: wait for the new ones.
@@ -273,7 +267,9 @@ impl Ledger {
             match verdict.await {
                 Ok(Verdict::Recorded) => {
                     // Seen as recorded, with its caller: judged like any other.
-                    self.inner.seen_own(&PendingChange { caller, ..change });
+                    self.inner
+                        .sightings
+                        .seen_own(&PendingChange { caller, ..change });
                     return Ok(applied);
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
@@ -292,6 +288,17 @@ impl Ledger {
 }
 
 impl Inner {
+    /// While a request waits, reads the record now and then only to see what is recorded
+    /// meanwhile (`Sightings::time_to_observe`).
+    async fn observe(&self) {
+        if !self.sightings.time_to_observe() {
+            return;
+        }
+        if let Ok(record) = self.call(self.store.read()).await {
+            self.sightings.saw_record(&record);
+        }
+    }
+
     /// The record as this replica knows it, read from the store when it does not.
     async fn snapshot(&self) -> Result<Snapshot, String> {
         let mut known = self.known.lock().await;
@@ -315,9 +322,7 @@ impl Inner {
                 .map_err(|e| e.to_string())?,
         );
         // Seen now, whoever waits for them later: a change's wait counts from here.
-        for change in record.last.values() {
-            self.first_seen(change);
-        }
+        self.sightings.saw_record(&record);
         *known = Known {
             record: Some(record.clone()),
             epoch: known.epoch + 1,
@@ -370,7 +375,8 @@ impl Inner {
             let mut taken = BTreeSet::new();
             for q in queued {
                 let fits = taken.len() + q.keys.len() <= BATCH_KEYS || batch.is_empty();
-                let distrusted = |c: &PendingChange| self.callers.distrusted(c.caller.as_deref());
+                let distrusted =
+                    |c: &PendingChange| self.sightings.callers.distrusted(c.caller.as_deref());
                 if !still_valid(&q, &record, &known, distrusted)
                     || q.keys.iter().any(|k| taken.contains(k))
                 {

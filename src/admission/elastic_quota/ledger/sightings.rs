@@ -3,12 +3,15 @@
 //! showed. Bounded ([`MAX_SEEN`]); read by `mod.rs`'s waits and `still_valid`.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Inner, MAX_WAIT, PENDING_TIMEOUT, visible};
-use crate::admission::ports::PendingChange;
+use super::bounds::{MAX_WAIT, PENDING_TIMEOUT};
+use super::callers::Callers;
+use super::keys::visible;
+use crate::admission::ports::{LedgerRecord, PendingChange};
 use crate::cache::Cache;
 
 /// How often a replica looks at the changes it has seen, for their callers' trust.
@@ -44,7 +47,20 @@ fn make_room(seen: &mut HashMap<String, Seen>, now: Instant) {
     }
 }
 
-impl Inner {
+/// What this replica has seen of the record and of its callers: owned by the ledger's `Inner`.
+#[derive(Default)]
+pub(super) struct Sightings {
+    /// Change id -> when this replica first saw it as someone's last change, and whether it has
+    /// been judged (shown or not) for its caller.
+    seen: Mutex<HashMap<String, Seen>>,
+    /// Whose changes show up.
+    pub(super) callers: Callers,
+    /// When this replica last looked (`judge_pending`) and last read the record while waiting.
+    judged_at: Mutex<Option<Instant>>,
+    observed_at: Mutex<Option<Instant>>,
+}
+
+impl Sightings {
     /// When this replica first saw the change `id`; forgets what no one can wait for any more.
     pub(super) fn first_seen(&self, change: &PendingChange) -> Instant {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -63,23 +79,29 @@ impl Inner {
             .at
     }
 
-    /// While a request waits, reads the record now and then (at most every [`OBSERVE_EVERY`] per
+    /// While a request waits, the record is read now and then (at most every [`OBSERVE_EVERY`] per
     /// replica) only to see the changes recorded meanwhile: each is judged [`MAX_WAIT`] after
     /// that, so a stream of forged changes is known within seconds even when no write of this
-    /// replica's meets it.
-    pub(super) async fn observe(&self) {
-        {
-            let mut last = self.observed_at.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|at| at.elapsed() < OBSERVE_EVERY) {
-                return;
-            }
-            *last = Some(Instant::now());
+    /// replica's meets it. Whether it is time for such a read.
+    pub(super) fn time_to_observe(&self) -> bool {
+        let mut last = self.observed_at.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < OBSERVE_EVERY) {
+            return false;
         }
-        if let Ok(record) = self.call(self.store.read()).await {
-            for change in record.last.values() {
-                self.first_seen(change);
-            }
+        *last = Some(Instant::now());
+        true
+    }
+
+    /// Every change of a record read from the store is seen now, whoever waits for it later.
+    pub(super) fn saw_record(&self, record: &LedgerRecord) {
+        for change in record.last.values() {
+            self.first_seen(change);
         }
+    }
+
+    #[cfg(test)]
+    pub(super) fn seen_len(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// A change this replica admits itself: pending by definition (the API server stores it only

@@ -289,9 +289,9 @@ fn the_changes_a_replica_has_seen_are_bounded() {
     for i in 0..MAX_SEEN * 3 {
         let mut change = create(&format!("{i:0>100}"), "q");
         change.caller = Some("10.0.0.66".into());
-        inner.first_seen(&change);
+        inner.sightings.first_seen(&change);
     }
-    assert!(inner.seen.lock().unwrap().len() <= MAX_SEEN);
+    assert!(inner.sightings.seen_len() <= MAX_SEEN);
 }
 
 #[tokio::test(start_paused = true)]
@@ -321,10 +321,10 @@ async fn the_api_servers_changes_that_show_keep_it_trusted_through_denials_downs
         .await
         .unwrap();
         tokio::time::sleep(MAX_WAIT).await;
-        ledger.inner.judge_pending(&cache);
+        ledger.inner.sightings.judge_pending(&cache);
     }
     assert_eq!(
-        ledger.inner.callers.trust(Some("10.0.0.1")),
+        ledger.inner.sightings.callers.trust(Some("10.0.0.1")),
         callers::Trust::Trusted
     );
 }
