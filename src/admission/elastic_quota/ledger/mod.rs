@@ -148,6 +148,11 @@ struct Queued {
     /// many can keep another's change from being recorded.
     since: Instant,
     caller: Option<std::net::IpAddr>,
+    /// A trusted caller's change (one whose changes have shown: the API server's) past its
+    /// request's [`MAX_WAIT`] after losing a write: written over the entries of callers not known
+    /// to show anything, as a forger with fresh addresses would otherwise win every write. Only
+    /// a trusted caller's: a forger's own would overwrite the API server's entries.
+    past_budget: bool,
     reply: oneshot::Sender<Verdict>,
 }
 
@@ -260,6 +265,9 @@ impl Ledger {
                 cache: cache.clone(),
                 since: started,
                 caller: crate::admission::caller::current(),
+                past_budget: lost
+                    && started.elapsed() >= MAX_WAIT
+                    && self.inner.sightings.callers.trust(caller.as_deref()) == Trust::Trusted,
                 reply,
             };
             self.inner.enqueue(queued);
@@ -375,9 +383,13 @@ impl Inner {
             let mut taken = BTreeSet::new();
             for q in queued {
                 let fits = taken.len() + q.keys.len() <= BATCH_KEYS || batch.is_empty();
-                let distrusted =
-                    |c: &PendingChange| self.sightings.callers.distrusted(c.caller.as_deref());
-                if !still_valid(&q, &record, &known, distrusted)
+                let not_waited_for =
+                    |c: &PendingChange| match self.sightings.callers.trust(c.caller.as_deref()) {
+                        Trust::Distrusted => true,
+                        Trust::Unknown => q.past_budget,
+                        Trust::Trusted => false,
+                    };
+                if !still_valid(&q, &record, &known, not_waited_for)
                     || q.keys.iter().any(|k| taken.contains(k))
                 {
                     let _ = q.reply.send(Verdict::Stale);
@@ -489,18 +501,18 @@ fn still_valid(
     q: &Queued,
     record: &LedgerRecord,
     known: &Known,
-    distrusted: impl Fn(&PendingChange) -> bool,
+    not_waited_for: impl Fn(&PendingChange) -> bool,
 ) -> bool {
     let now = seen_of(&record.last, &q.keys, &q.change.id);
-    // A key moved to a change of a caller no one waits for any more leaves the check against the
-    // cache as it was (such a change is not waited for): a forger's stream of entries cannot keep
-    // a checked change from being written.
+    // A key moved to a change this one would not wait for (a distrusted caller's; past its budget,
+    // an unknown caller's too) leaves the check against the cache as it was: a forger's stream of
+    // entries cannot keep a checked change from being written.
     let moved_to_trusted = now.iter().any(|(key, id)| {
         q.seen.get(key) != Some(id)
             && !record
                 .last
                 .get(key)
-                .is_some_and(|c| Some(&c.id) == id.as_ref() && distrusted(c))
+                .is_some_and(|c| Some(&c.id) == id.as_ref() && not_waited_for(c))
     });
     if moved_to_trusted || q.seen.keys().any(|k| !now.contains_key(k)) {
         return false;
