@@ -210,7 +210,6 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
     let store = Arc::new(Slow(MemoryLedgerStore::default(), Duration::from_millis(5)));
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
     let forger = Some("10.0.0.66".parse().unwrap());
-    let api_server = Some("10.0.0.1".parse().unwrap());
     let until = Instant::now() + Duration::from_secs(60);
     // 64 connections to replica a, each sending a fresh forged change of tree t as soon as the
     // last is answered, for a minute.
@@ -245,26 +244,7 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
         }
     });
     // A real change of tree t through replica b every 3 s, stored 20 ms after it is admitted.
-    let reals = async {
-        let mut took = Vec::new();
-        for i in 0..18 {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let started = Instant::now();
-            let name = format!("real{i}");
-            let outcome = answering_for(
-                api_server,
-                b.admit(create(&name, &name), tree("t"), &cache, || Ok(())),
-            )
-            .await;
-            took.push((outcome.map_err(|e| e.code), started.elapsed()));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            writer
-                .lock()
-                .unwrap()
-                .apply(CachedObject::ElasticQuota(quota(&name, "9")));
-        }
-        took
-    };
+    let reals = real_changes(&b, &writer, &cache, 18);
     let (took, _, _) = futures::join!(reals, futures::future::join_all(forgers), deletes);
     eprintln!("{took:?}");
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
@@ -288,7 +268,6 @@ async fn a_forger_with_fresh_addresses_never_gets_a_real_change_refused() {
     let cache = writer.lock().unwrap().reader();
     let store = Arc::new(Slow(MemoryLedgerStore::default(), Duration::from_millis(5)));
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
-    let api_server = Some("10.0.0.1".parse().unwrap());
     let started = Instant::now();
     let until = started + Duration::from_secs(40);
     let forgers = (0..32u8).map(|c| {
@@ -306,21 +285,7 @@ async fn a_forger_with_fresh_addresses_never_gets_a_real_change_refused() {
             }
         }
     });
-    let reals = async {
-        let mut took = Vec::new();
-        for i in 0..12 {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let at = Instant::now();
-            let name = format!("real{i}");
-            let change = b.admit(create(&name, &name), tree("t"), &cache, || Ok(()));
-            let outcome = answering_for(api_server, change).await;
-            took.push((outcome.map_err(|e| e.code), at.elapsed()));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let stored = CachedObject::ElasticQuota(quota(&name, "9"));
-            writer.lock().unwrap().apply(stored);
-        }
-        took
-    };
+    let reals = real_changes(&b, &writer, &cache, 12);
     let (took, _) = futures::join!(reals, futures::future::join_all(forgers));
     eprintln!("{took:?}");
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
@@ -397,4 +362,28 @@ async fn the_api_servers_changes_that_show_keep_it_trusted_through_denials_downs
         ledger.inner.sightings.callers.trust(Some("10.0.0.1")),
         callers::Trust::Trusted
     );
+}
+
+/// `count` real changes of tree t through `ledger`, from the API server's address, one every 3 s,
+/// each stored 20 ms after it is admitted: each one's outcome (its code if refused) and time.
+async fn real_changes(
+    ledger: &Ledger,
+    writer: &Mutex<CacheWriter>,
+    cache: &Cache,
+    count: usize,
+) -> Vec<(Result<(), u16>, Duration)> {
+    let api_server = Some("10.0.0.1".parse().unwrap());
+    let mut took = Vec::new();
+    for i in 0..count {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let at = Instant::now();
+        let name = format!("real{i}");
+        let change = ledger.admit(create(&name, &name), tree("t"), cache, || Ok(()));
+        let outcome = crate::admission::caller::answering_for(api_server, change).await;
+        took.push((outcome.map_err(|e| e.code), at.elapsed()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let stored = CachedObject::ElasticQuota(quota(&name, "9"));
+        writer.lock().unwrap().apply(stored);
+    }
+    took
 }
