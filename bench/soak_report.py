@@ -33,7 +33,7 @@ RSS_LIMIT_PER_H = MIB
 # replicas held from the start; a new leader stepped ~2.5 MiB over ~10 minutes: the leader's tasks).
 # --check judges only series at least --check-span minutes long (over a few minutes a slope is
 # mostly noise).
-SETTLE_S = 20 * 60
+SETTLE_S = 10 * 60
 
 
 def slope(points):
@@ -88,6 +88,52 @@ def fitted(points):
             sum(v for _, v in points) / len(points))
 
 
+def process_table(args, t0, processes, samples):
+    """The table of each replica process's series (RSS, fds, threads, metric series, API-server
+    requests), each from SETTLE_S after the process started and after its last change of role, and
+    what --check fails on in them."""
+    minutes = lambda t: f"{(t - t0) / 60:.1f}"
+    failures = []
+    lines = ["", "| replica process | window (min) | RSS (first → last, slope) | fds | threads | metric series | "
+                  "API-server requests/min |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [s for s in samples if "slot" in s]
+    cl = [s for s in samples if "cluster" in s]
+    for p in processes:
+        all_mine = [s for s in rows if s["pid"] == p["pid"]]
+        roles = [b["t"] for a, b in zip(all_mine, all_mine[1:]) if a.get("leader") != b.get("leader")]
+        since = max(t0 + args.warmup * 60, p["started"] + SETTLE_S if p["started"] > t0 else 0,
+                    roles[-1] + SETTLE_S if roles else 0)
+        mine = [s for s in all_mine if s["t"] >= since]
+        role = {1: "leader", 0: "follower"}.get(mine[-1].get("leader") if mine else None, "?")
+        if len(mine) < 3:
+            continue
+        judged = (mine[-1]["t"] - mine[0]["t"]) / 60 >= args.check_span
+        cells = []
+        for key, unit, scale in (("rss", " MiB", MIB), ("fds", "", 1), ("threads", "", 1), ("series", "", 1)):
+            f = fitted([(s["t"] - t0, s[key] / scale) for s in mine if s[key] is not None])
+            if f is None:
+                cells.append("-")
+                continue
+            first, last, k, span_h, mean = f
+            digits = 1 if key == "rss" else 0
+            cells.append(f"{first:.{digits}f} → {last:.{digits}f}{unit}, {k:+.2f}{unit}/h")
+            if judged and key == "rss" and k * MIB >= RSS_LIMIT_PER_H:
+                failures.append(f"{p['identity']}: RSS grows {k:.2f} MiB/h")
+            elif judged and key != "rss" and k * span_h >= FLAT_RISE[key]:
+                failures.append(f"{p['identity']}: {key} not flat ({k:+.2f}/h over {span_h * 60:.0f} min, "
+                                f"mean {mean:.0f})")
+        # Requests a minute between consecutive cluster samples within the process's window.
+        counts = [(s["t"], s["requests"][p["slot"]]) for s in cl
+                  if s["requests"] and mine[0]["t"] <= s["t"] <= mine[-1]["t"]]
+        f = fitted([((a[0] + b[0]) / 2 - t0, (b[1] - a[1]) / (b[0] - a[0]) * 60) for a, b in zip(counts, counts[1:])])
+        cells.append(f"{f[4]:.0f}, {f[2]:+.1f}/h" if f else "-")
+        lines.append(f"| {p['identity']} (pid {p['pid']}, {role}, {len(roles)} role changes)"
+                     f"{'' if judged else ', too short to judge'} | "
+                     f"{minutes(mine[0]['t'])}–{minutes(mine[-1]['t'])} | " + " | ".join(cells) + " |")
+
+    return lines, failures
+
+
 def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows):
     """The Markdown section, and what --check fails on."""
     inside = lambda t: any(a <= t <= b for a, b in windows)
@@ -123,42 +169,9 @@ def report(args, koord, t0, end, adm, cluster, faults, samples, levels, windows)
                      f"{sum(not inside(f[0]) for f in failed)} | {adm.busy[kind]} |")
     lines.append(f"| node heartbeat (`Ignore`: not counted) | {CHURN['node heartbeat']:g}/s | | | | |")
 
-    lines += ["", "| replica process | window (min) | RSS (first → last, slope) | fds | threads | metric series | "
-                  "API-server requests/min |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    rows = [s for s in samples if "slot" in s]
-    cl = [s for s in samples if "cluster" in s]
-    for p in cluster.processes:
-        all_mine = [s for s in rows if s["pid"] == p["pid"]]
-        roles = [b["t"] for a, b in zip(all_mine, all_mine[1:]) if a.get("leader") != b.get("leader")]
-        since = max(t0 + args.warmup * 60, p["started"] + SETTLE_S if p["started"] > t0 else 0,
-                    roles[-1] + SETTLE_S if roles else 0)
-        mine = [s for s in all_mine if s["t"] >= since]
-        role = {1: "leader", 0: "follower"}.get(mine[-1].get("leader") if mine else None, "?")
-        if len(mine) < 3:
-            continue
-        judged = (mine[-1]["t"] - mine[0]["t"]) / 60 >= args.check_span
-        cells = []
-        for key, unit, scale in (("rss", " MiB", MIB), ("fds", "", 1), ("threads", "", 1), ("series", "", 1)):
-            f = fitted([(s["t"] - t0, s[key] / scale) for s in mine if s[key] is not None])
-            if f is None:
-                cells.append("-")
-                continue
-            first, last, k, span_h, mean = f
-            digits = 1 if key == "rss" else 0
-            cells.append(f"{first:.{digits}f} → {last:.{digits}f}{unit}, {k:+.2f}{unit}/h")
-            if judged and key == "rss" and k * MIB >= RSS_LIMIT_PER_H:
-                failures.append(f"{p['identity']}: RSS grows {k:.2f} MiB/h")
-            elif judged and key != "rss" and k * span_h >= FLAT_RISE[key]:
-                failures.append(f"{p['identity']}: {key} not flat ({k:+.2f}/h over {span_h * 60:.0f} min, "
-                                f"mean {mean:.0f})")
-        # Requests a minute between consecutive cluster samples within the process's window.
-        counts = [(s["t"], s["requests"][p["slot"]]) for s in cl
-                  if s["requests"] and mine[0]["t"] <= s["t"] <= mine[-1]["t"]]
-        f = fitted([((a[0] + b[0]) / 2 - t0, (b[1] - a[1]) / (b[0] - a[0]) * 60) for a, b in zip(counts, counts[1:])])
-        cells.append(f"{f[4]:.0f}, {f[2]:+.1f}/h" if f else "-")
-        lines.append(f"| {p['identity']} (pid {p['pid']}, {role}, {len(roles)} role changes)"
-                     f"{'' if judged else ', too short to judge'} | "
-                     f"{minutes(mine[0]['t'])}–{minutes(mine[-1]['t'])} | " + " | ".join(cells) + " |")
+    table, judged_failures = process_table(args, t0, cluster.processes, samples)
+    lines += table
+    failures += judged_failures
 
     lines += ["", "| cluster | first → last | slope |", "| --- | ---: | ---: |"]
     for key, what, scale, unit in (("ledger_bytes", "quota ledger ConfigMap (data)", 1, " B"),
