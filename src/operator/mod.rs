@@ -42,8 +42,7 @@ pub use config::{OperatorConfig, serving_hosts};
 use leader::Leadership;
 
 /// Runs the operator until `stop` fires; the admission server runs beside it: what every replica
-/// does (the cache, readiness, the serving pair, the pod entries its gates need), and what the
-/// leader does (the election, its pass, the recount).
+/// does, and what the leader does.
 pub async fn run(
     client: Client,
     config: OperatorConfig,
@@ -52,58 +51,84 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let kick = Arc::new(Notify::new());
-    let (leadership, election) = leader::election_if(config.leader_elect, config.lease);
-    let (pass_cache, recount_cache) = (writer.reader(), writer.reader());
+    let leader_caches = (writer.reader(), writer.reader());
     // Each task boxed: nested in one future, their state machines overflowed a debug build's stack.
-    let every_replica = async {
-        tokio::join!(
-            Box::pin(follow_cluster(
-                client.clone(),
-                &config,
-                state.clone(),
-                writer
-            )),
-            watch_serving_pair(client.clone(), state.clone(), kick.clone()),
-            watch_configurations(
-                client.clone(),
-                config.desired.target.policy.mode,
-                kick.clone()
-            ),
-            watch_ca_secret(client.clone(), kick.clone()),
-            Box::pin(check_readiness(
-                client.clone(),
-                &config,
-                state.clone(),
-                kick.clone()
-            )),
-            Box::pin(keep_pod_entries_wide_for_gates(
-                client.clone(),
-                &config,
-                state.clone()
-            )),
-        )
-    };
-    let the_leader = async {
-        tokio::join!(
-            elect(client.clone(), &config, election, stop),
-            Box::pin(lead(
-                client.clone(),
-                &config,
-                leadership.clone(),
-                kick.clone(),
-                &state,
-                pass_cache
-            )),
-            Box::pin(recount_child_requests(
-                client.clone(),
-                &config,
-                leadership.clone(),
-                &state,
-                recount_cache
-            )),
-        )
-    };
-    tokio::join!(Box::pin(every_replica), Box::pin(the_leader));
+    tokio::join!(
+        Box::pin(every_replica(&client, &config, &state, writer, &kick)),
+        Box::pin(the_leader(
+            &client,
+            &config,
+            &state,
+            leader_caches,
+            &kick,
+            stop
+        )),
+    );
+}
+
+/// What every replica does: the cache, the serving pair, the webhook configurations and the CA
+/// Secret watched (each change kicks the leader's pass), readiness, the pod entries its gates need.
+async fn every_replica(
+    client: &Client,
+    config: &OperatorConfig,
+    state: &Arc<State>,
+    writer: crate::cache::CacheWriter,
+    kick: &Arc<Notify>,
+) {
+    let mode = config.desired.target.policy.mode;
+    tokio::join!(
+        Box::pin(follow_cluster(
+            client.clone(),
+            config,
+            state.clone(),
+            writer
+        )),
+        watch_serving_pair(client.clone(), state.clone(), kick.clone()),
+        watch_configurations(client.clone(), mode, kick.clone()),
+        watch_ca_secret(client.clone(), kick.clone()),
+        Box::pin(check_readiness(
+            client.clone(),
+            config,
+            state.clone(),
+            kick.clone()
+        )),
+        Box::pin(keep_pod_entries_wide_for_gates(
+            client.clone(),
+            config,
+            state.clone()
+        )),
+    );
+}
+
+/// What the leader does: the election, then while it leads its pass (certificates, webhook
+/// configurations, rollout and narrowing) and the child-request recount.
+async fn the_leader(
+    client: &Client,
+    config: &OperatorConfig,
+    state: &Arc<State>,
+    (pass_cache, recount_cache): (crate::cache::Cache, crate::cache::Cache),
+    kick: &Arc<Notify>,
+    stop: watch::Receiver<bool>,
+) {
+    let (leadership, election) = leader::election_if(config.leader_elect, config.lease);
+    tokio::join!(
+        elect(client.clone(), config, election, stop),
+        Box::pin(lead(
+            client.clone(),
+            config,
+            leadership.clone(),
+            kick.clone(),
+            state,
+            pass_cache
+        )),
+        Box::pin(recount_child_requests(
+            client.clone(),
+            config,
+            leadership,
+            state,
+            recount_cache
+        )),
+    );
 }
 
 /// The cache's watches, and readiness once they have synced and while they keep up.
