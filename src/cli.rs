@@ -1,5 +1,6 @@
 //! Command line: one binary, one subcommand per job. Every flag of `serve` can also come from an
-//! environment variable, `KOORD_WEBHOOK_<FLAG>` (`--identity` from `POD_NAME`), as a Deployment
+//! environment variable, mostly `KOORD_WEBHOOK_<FLAG>` (`--identity` and `--namespace` from
+//! `POD_NAME` and `POD_NAMESPACE`, repeatable flags under a plural name: README's table), as a Deployment
 //! sets them; the other subcommands, run by hand or by scripts, take flags only. Each part owns its
 //! flags beside the settings they make (`RuleFlags` in admission/rule_flags.rs, `LimitFlags` in
 //! server/limits.rs, `OperatorFlags` in operator/flags.rs, `EntryPolicy` in install/); this file

@@ -1,5 +1,6 @@
 //! The chain behind each endpoint of the table, and every rule of every endpoint by name (what
-//! `--rule-action` and the settings may name): one place a new endpoint or rule is registered.
+//! `--rule-action` and the settings may name): a new endpoint's chain is built here
+//! (`build_endpoint`); a new rule is registered in its folder's `mod.rs`, which this reads.
 
 use super::actions;
 use super::endpoint::{Endpoint, TypedEndpoint};

@@ -1,5 +1,5 @@
-//! The flags of the admission rules (`RuleFlags`, flattened into `serve` and `review`, so `review`
-//! answers as a served replica with the same flags would) and the [`Settings`] they make.
+//! The flags of the admission rules (`RuleFlags`, flattened into `serve`, `review` and `audit`, so
+//! `review` and `audit` answer as a served replica with the same flags would) and the [`Settings`] they make.
 
 use clap::Args;
 
@@ -12,7 +12,7 @@ use super::settings::{
 use crate::duration::parse_duration_arg;
 use crate::names::Mode;
 
-/// Flags of the admission rules, shared by `serve` and `review`.
+/// Flags of the admission rules, shared by `serve`, `review` and `audit`.
 #[derive(Args, Debug)]
 pub struct RuleFlags {
     /// Namespace of the slo-controller ConfigMap (default: koord-webhook's own, as Koordinator's).

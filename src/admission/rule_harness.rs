@@ -95,6 +95,8 @@ pub struct RuleEnv {
     gates: FeatureGates,
     settings: Settings,
     cache: CacheWriter,
+    /// The rule `shadowing` named: the rule run must be that one (a misspelt name tests nothing).
+    shadowed: Option<&'static str>,
 }
 
 impl Default for RuleEnv {
@@ -109,6 +111,7 @@ impl RuleEnv {
             gates: FeatureGates::default(),
             settings: Settings::default(),
             cache: CacheWriter::default(),
+            shadowed: None,
         }
     }
 
@@ -133,7 +136,18 @@ impl RuleEnv {
     /// With the rule named `rule` in Audit (`--rule-action RULE=Audit`).
     pub fn shadowing(mut self, rule: &'static str) -> Self {
         self.settings.actions = RuleActions::from_parsed(&[(rule, Action::AUDIT)]);
+        self.shadowed = Some(rule);
         self
+    }
+
+    /// Panics when `shadowing` named another rule than the one run.
+    fn check_shadowed(&self, name: &'static str) {
+        if let Some(shadowed) = self.shadowed {
+            assert_eq!(
+                shadowed, name,
+                "shadowing names a rule other than the one run"
+            );
+        }
     }
 
     fn env(&self) -> Env {
@@ -152,6 +166,7 @@ impl RuleEnv {
         T: kube::Resource + Clone + PartialEq + serde::Serialize,
         M: Mutator<T> + Clone + 'static,
     {
+        self.check_shadowed(rule.name());
         if !rule.enabled(&self.gates) {
             return Ran::Skipped;
         }
@@ -179,6 +194,7 @@ impl RuleEnv {
         T: kube::Resource,
         V: Validator<T> + Clone + 'static,
     {
+        self.check_shadowed(rule.name());
         if !rule.enabled(&self.gates) {
             return Ran::Skipped;
         }

@@ -8,13 +8,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
-use crate::admission::Settings;
+use super::resolved::{Replica, Rules};
 use crate::cli::{Cli, Command};
 use crate::names::{APP_NAME, SELECTOR_LABEL};
 
 /// The gates and rule settings (entry actions included) `serve` runs with in `namespace`'s
-/// koord-webhook Deployment.
-pub async fn flags(client: &Client, namespace: &str) -> anyhow::Result<(String, Settings)> {
+/// koord-webhook Deployment, resolved as its replicas resolve them.
+pub async fn flags(client: &Client, namespace: &str) -> anyhow::Result<Rules> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let selector = format!("{SELECTOR_LABEL}={APP_NAME}");
     let list = deployments
@@ -38,7 +38,7 @@ fn serve_args(deployment: &Deployment) -> Option<Vec<String>> {
     (args.first().map(String::as_str) == Some("serve")).then_some(args)
 }
 
-fn parse(args: &[String]) -> anyhow::Result<(String, Settings)> {
+fn parse(args: &[String]) -> anyhow::Result<Rules> {
     let cli = Cli::try_parse_from(std::iter::once(APP_NAME.to_owned()).chain(args.iter().cloned()))
         .map_err(|e| {
             anyhow!(
@@ -47,10 +47,7 @@ fn parse(args: &[String]) -> anyhow::Result<(String, Settings)> {
             )
         })?;
     match cli.command {
-        Command::Serve(serve) => {
-            let settings = super::serve::replica_settings(&serve)?;
-            Ok((serve.feature_gates, settings))
-        }
+        Command::Serve(serve) => Ok(Replica::resolve(&serve)?.rules),
         _ => Err(anyhow!("the Deployment's container runs no `serve`")),
     }
 }
@@ -71,8 +68,8 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let (gates, settings) = parse(&args).unwrap();
-        assert_eq!(gates, "EnableQuotaAdmission=true");
+        let Rules { gates, settings } = parse(&args).unwrap();
+        assert!(gates.enabled(crate::features::Gate::EnableQuotaAdmission));
         assert_eq!(settings.slo_config_name, "other");
         assert!(
             !settings
@@ -93,7 +90,7 @@ mod tests {
             "--mode=shadow",
             "--own-user=system:serviceaccount:x:y",
         ];
-        let (_, shadow) = parse(&shadow_args.map(String::from)).unwrap();
+        let shadow = parse(&shadow_args.map(String::from)).unwrap().settings;
         assert_eq!(shadow.config_namespace, crate::names::DEFAULT_NAMESPACE);
         assert_eq!(shadow.own_user.get(), None);
         let bad = parse(&["serve".to_owned(), "--rule-action=Nope=Warn".to_owned()]);

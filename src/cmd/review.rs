@@ -11,8 +11,8 @@ use crate::admission::Admission;
 use crate::cache::load::load_state;
 use serde_json::{Value, json};
 
+use super::resolved::{OwnUserUnless, Rules};
 use crate::cli::{ReviewArgs, ReviewOperation};
-use crate::features::FeatureGates;
 use crate::metrics::Metrics;
 
 /// Input `review` cannot use; the message is the whole line printed.
@@ -22,10 +22,12 @@ pub struct Unusable(String);
 
 /// Runs the review and returns the response JSON.
 pub fn run(args: &ReviewArgs) -> Result<Vec<u8>, Unusable> {
-    let gates: FeatureGates = args
-        .feature_gates
-        .parse()
-        .map_err(|e| Unusable(format!("--feature-gates: {e}")))?;
+    let Rules { gates, settings } = Rules::resolve(
+        &args.feature_gates,
+        &args.rules,
+        OwnUserUnless::ServiceAccount,
+    )
+    .map_err(|e| Unusable(format!("{e:#}")))?;
     let cache = load_state(&args.state)
         .map_err(|e| Unusable(format!("--state: {e}")))?
         .reader();
@@ -35,11 +37,6 @@ pub fn run(args: &ReviewArgs) -> Result<Vec<u8>, Unusable> {
         // clap requires one of them.
         (None, None) => return Err(Unusable("--request or --object is required".to_owned())),
     };
-    let settings = args.rules.settings();
-    // No API server to ask who the replicas are: the installed ServiceAccount.
-    settings
-        .own_user
-        .learn(crate::names::service_account_user());
     let admission = Admission::new(cache, gates, Metrics::new()).with_settings(settings);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -10,17 +10,14 @@ use anyhow::Context;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Recorder;
 
+use super::resolved::{Replica, Rules};
 use crate::admission::ports::{FindingSink, PodReachGuard};
-use crate::admission::settings::OwnUser;
-use crate::admission::{Admission, Services, Settings};
+use crate::admission::{Admission, Services};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
 use crate::cli::ServeArgs;
-use crate::features::FeatureGates;
-use crate::install::WebhookTarget;
 use crate::kube_ports::own_user;
 use crate::kube_ports::pod_reach::KubePodReachGuard;
 use crate::kube_ports::quota::KubeQuotaStore;
@@ -28,62 +25,12 @@ use crate::kube_ports::quota_ledger::KubeLedgerStore;
 use crate::kube_ports::would_deny_events::WouldDenyEvents;
 use crate::metrics::operator::CertLabels;
 use crate::names::Mode;
-use crate::operator::certificates::CertPolicy;
-use crate::operator::flags::OperatorFlags;
-use crate::operator::leader::LeaseTimings;
-use crate::operator::webhook_keeper::Desired;
-use crate::operator::{self, OperatorConfig, serving_hosts};
+use crate::operator::{self, OperatorConfig};
 use crate::server::shutdown::Stopping;
 use crate::server::{self, Shared};
 use crate::state::State;
 use crate::tls::CertResolver;
 use crate::tls::files::PairFiles;
-
-fn operator_config(
-    flags: &OperatorFlags,
-    port: u16,
-    gates: FeatureGates,
-    settings: &Settings,
-) -> OperatorConfig {
-    let identity = flags.identity.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "koord-webhook".to_owned());
-        format!("{host}-{}", std::process::id())
-    });
-    OperatorConfig {
-        identity,
-        leader_elect: flags.leader_elect,
-        lease: LeaseTimings {
-            lease: flags.lease_duration,
-            renew_deadline: flags.lease_renew_deadline,
-            retry: flags.lease_retry_period,
-        },
-        cert_mode: flags.cert_mode,
-        policy: CertPolicy {
-            ca_validity: flags.ca_validity,
-            cert_validity: flags.cert_validity,
-            renew_fraction: flags.renew_fraction,
-            ca_grace: flags.ca_rotation_grace,
-            publish_settle: flags.ca_publish_settle,
-            // A shadow has a CA of its own.
-            adopt_ca_secret: Some(flags.adopt_ca_secret.clone())
-                .filter(|name| !name.is_empty() && flags.entries.mode == Mode::Enforce),
-            hosts: serving_hosts(flags.webhook_host.as_deref(), flags.entries.mode),
-        },
-        desired: Desired {
-            gates,
-            target: WebhookTarget {
-                qos_split: flags.qos_split,
-                ..WebhookTarget::from_flags(flags.webhook_host.as_deref(), port, &flags.entries)
-            },
-        },
-        child_request_quiet: settings.child_request_window,
-        narrow_hold: flags.narrow_hold,
-        watch_failure_bound: flags.watch_failure_bound,
-        config_maps: settings.config_maps(),
-    }
-}
 
 /// Resolves when the process is asked to stop (SIGTERM or Ctrl-C).
 async fn terminated() {
@@ -106,17 +53,6 @@ async fn terminated() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// The replica's own Pod, which its Events regard.
-fn own_pod(identity: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
-        name: Some(identity.to_owned()),
-        namespace: Some(crate::names::namespace().to_owned()),
-        ..Default::default()
-    }
-}
-
 /// The outside systems the rules reach in cluster mode (`client`): quota evaluation records what
 /// it admitted on the ElasticQuota itself, quota changes go through the ledger, narrowed pod
 /// entries are widened before a change needs them, and shadowed refusals become Events when asked.
@@ -128,8 +64,11 @@ fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> 
     let client = client.clone();
     let findings = args.would_deny_events.then(|| {
         let recorder = Recorder::new(client.clone(), operator::reporter(identity));
-        let (sink, publish) =
-            WouldDenyEvents::start(recorder, own_pod(identity), WOULD_DENY_EVENT_WINDOW);
+        let (sink, publish) = WouldDenyEvents::start(
+            recorder,
+            operator::own_pod(identity),
+            WOULD_DENY_EVENT_WINDOW,
+        );
         tokio::spawn(publish);
         Arc::new(sink) as Arc<dyn FindingSink>
     });
@@ -141,9 +80,9 @@ fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> 
             client: client.clone(),
         })),
         pod_reach: args.operator.entries.narrows().then(|| {
-            Arc::new(KubePodReachGuard::new(
+            Arc::new(KubePodReachGuard::for_hold(
                 client,
-                args.operator.narrow_hold / 4,
+                args.operator.narrow_hold,
             )) as Arc<dyn PodReachGuard>
         }),
         dice: None,
@@ -151,37 +90,17 @@ fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> 
     }
 }
 
-/// The rules' settings for this replica's install mode (where Koordinator's ConfigMaps are read).
-fn rule_settings(args: &ServeArgs) -> Settings {
-    args.rules.settings_in(args.operator.entries.mode)
-}
-
-/// The settings a replica started with `args` runs its rules with: its mode's config namespace, the
-/// actions of the entries it audits, and (a shadow) no own user. `serve` and the deployed view
-/// (`audit --same-as-deployed`, `status`) both read a replica's settings through this; before, the
-/// deployed view took Enforce mode's namespace for a shadow install's ConfigMaps.
-pub fn replica_settings(args: &ServeArgs) -> anyhow::Result<Settings> {
-    let audited = (args.operator.entries.audited_endpoints()).map_err(anyhow::Error::msg)?;
-    let mut settings =
-        rule_settings(args).auditing_endpoints(&audited, &crate::admission::registered_rules());
-    // A shadow keeps no record of its own on quotas, so it has none to guard (and must not
-    // refuse another writer's, an enforcing koord-webhook's): its own user stays unknown.
-    if args.operator.entries.mode == Mode::Shadow {
-        settings.own_user = OwnUser::default();
-    }
-    Ok(settings)
-}
-
 /// Per rule and namespace, one WouldDeny Event at once and at most one more per window.
 const WOULD_DENY_EVENT_WINDOW: Duration = Duration::from_secs(60);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let gates: FeatureGates = args.feature_gates.parse().context("--feature-gates")?;
-    if args.state.is_none() && args.operator.leader_elect {
-        operator_config(&args.operator, args.port, gates, &rule_settings(&args))
-            .lease
-            .validate()
-            .map_err(anyhow::Error::msg)?;
+    let Replica {
+        rules,
+        operator: config,
+    } = Replica::resolve(&args)?;
+    let Rules { gates, settings } = rules;
+    if args.state.is_none() && config.leader_elect {
+        config.lease.validate().map_err(anyhow::Error::msg)?;
     }
     let resolver = Arc::new(CertResolver::new());
     let pair_files = load_serving_pair(&args, &resolver)?;
@@ -202,17 +121,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
 
-    let identity =
-        operator_config(&args.operator, args.port, gates, &rule_settings(&args)).identity;
     let services = services(
         &args,
         operator.as_ref().map(|(client, _)| client),
-        &identity,
+        &config.identity,
     );
     let client_ca = client_ca(&args)?;
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
-    let settings = replica_settings(&args)?;
     match &operator {
         _ if args.operator.entries.mode == Mode::Shadow => {}
         // `--own-user` named it: nothing to ask.
@@ -243,7 +159,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (ops, mut tasks) = start_side_ports(&args, &shared).await?;
 
     let stop_operator = operator.map(|(client, writer)| {
-        let (stop, task) = start_operator(&args, gates, client, writer, &state);
+        let (stop, task) = start_operator(config, client, writer, &state);
         tasks.push(task);
         stop
     });
@@ -265,28 +181,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The operator (cluster mode), and the memory guard when the replica knows its limit: the
-/// operator's stop signal and task.
+/// The operator (cluster mode): its stop signal and task.
 fn start_operator(
-    args: &ServeArgs,
-    gates: FeatureGates,
+    config: OperatorConfig,
     client: kube::Client,
     writer: CacheWriter,
     state: &Arc<State>,
 ) -> (watch::Sender<bool>, AbortHandle) {
     let (stop, stopped) = watch::channel(false);
-    let config = operator_config(&args.operator, args.port, gates, &rule_settings(args));
     tracing::info!(identity = %config.identity, mode = ?config.cert_mode, "operator starting");
-    if let Some(limit) = args.limits.memory_limit {
-        let recorder = Recorder::new(client.clone(), operator::reporter(&config.identity));
-        let pod = own_pod(&config.identity);
-        tokio::spawn(operator::memory_guard::run(
-            limit,
-            state.clone(),
-            recorder,
-            pod,
-        ));
-    }
     let task = tokio::spawn(operator::run(
         client,
         config,

@@ -36,7 +36,7 @@ macro_rules! endpoints {
     ($($(#[$doc:meta])* $variant:ident),* $(,)?) => {
         /// Every admission endpoint koord-webhook serves. Adding one is a variant here; the
         /// compiler then asks for the rest: its row of [`ENDPOINTS`] (checked in order below) and
-        /// its chain (`admission::build_endpoint`, an exhaustive match). docs/recipes.md.
+        /// its chain (`admission::registry::build_endpoint`, an exhaustive match). docs/recipes.md.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum EndpointName {
             $($(#[$doc])* $variant),*

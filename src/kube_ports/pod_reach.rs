@@ -45,6 +45,12 @@ impl KubePodReachGuard {
         }
     }
 
+    /// The guard of a replica whose leader narrows after `narrow_hold` (`--narrow-hold`): fresh
+    /// for a quarter of it.
+    pub fn for_hold(client: Client, narrow_hold: Duration) -> Self {
+        Self::new(client, narrow_hold / 4)
+    }
+
     /// Whether this replica covered `needed` on `entry` less than `fresh_for` ago.
     fn covered_recently(&self, entry: PodEntry, needed: &Reach) -> bool {
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());

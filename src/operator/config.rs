@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Reporter;
 
 use super::certificates::CertPolicy;
@@ -38,6 +39,8 @@ pub struct OperatorConfig {
     pub watch_failure_bound: Duration,
     /// The ConfigMaps the rules read (namespace, name): the only ones the cache watches.
     pub config_maps: Vec<(String, String)>,
+    /// `--memory-limit`: the replica turns unready near it (`memory_guard.rs`).
+    pub memory_limit: Option<u64>,
 }
 
 /// The SANs of the serving certificate (docs/certificates.md).
@@ -67,5 +70,16 @@ pub(crate) fn reporter(identity: &str) -> Reporter {
     Reporter {
         controller: "koord-webhook".to_owned(),
         instance: Some(identity.to_owned()),
+    }
+}
+
+/// The replica's own Pod, which its Events regard.
+pub fn own_pod(identity: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(identity.to_owned()),
+        namespace: Some(namespace().to_owned()),
+        ..Default::default()
     }
 }

@@ -18,7 +18,9 @@ use std::time::Duration;
 use kube::runtime::events::Recorder;
 use tokio::sync::{Notify, watch};
 
-use super::certificates::{Issuer, Next, PassError as CertificateError};
+use super::certificates::{
+    Action as CertificateAction, Issuer, Next, PassError as CertificateError,
+};
 use super::config::{CertMode, OperatorConfig, reporter};
 use super::leader::Leadership;
 use super::replicas::Replicas;
@@ -108,14 +110,20 @@ impl LeaderPass {
             .await
             .map_err(StepError::WebhookConfigurations)?;
         let bundle_in_place = match issued.ca.phase {
-            super::secrets::Phase::Publishing => matches!(
-                webhook_keeper::published_bundle(
-                    &self.issuer.client,
-                    self.desired.target.policy.mode
-                )
-                .await,
-                Ok(Ok(b)) if b.as_slice() == issued.bundle.as_bytes()
-            ),
+            super::secrets::Phase::Publishing => {
+                let mode = self.desired.target.policy.mode;
+                // Not read, the rotation cannot tell whether to move on: the step fails, named.
+                let published = webhook_keeper::published_bundle(&self.issuer.client, mode)
+                    .await
+                    .map_err(|e| {
+                        StepError::CaRotation(CertificateError::Api {
+                            action: CertificateAction::Read,
+                            object: "the webhook configurations' caBundle".to_owned(),
+                            source: e.into(),
+                        })
+                    })?;
+                matches!(published, Ok(b) if b.as_slice() == issued.bundle.as_bytes())
+            }
             _ => false,
         };
         self.issuer
@@ -289,13 +297,21 @@ mod tests {
         let secrets_path = format!("/api/v1/namespaces/{}/secrets", namespace());
 
         // The certificates step: the CA Secret cannot be read.
-        let (client, server) = scripted_api::client(vec![Step::new(
-            Method::GET,
-            &format!("{secrets_path}/{SECRET_CA}"),
-            StatusCode::INTERNAL_SERVER_ERROR,
-            status(500, "InternalError"),
-        )]);
-        assert_eq!(pass(client).run_logged(&metrics).await, RETRY);
+        let unreadable = || {
+            Step::new(
+                Method::GET,
+                &format!("{secrets_path}/{SECRET_CA}"),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                status(500, "InternalError"),
+            )
+        };
+        let (client, server) = scripted_api::client(vec![unreadable(), unreadable()]);
+        let certificates = pass(client);
+        let e = certificates.run_once(&metrics).await.unwrap_err();
+        let named = format!("certificates: read Secret {}/{SECRET_CA}: ", namespace());
+        assert!(e.to_string().starts_with(&named), "{e}");
+        assert_eq!(certificates.run_logged(&metrics).await, RETRY);
+        drop(certificates);
         server.await.unwrap();
         assert_eq!(failures(&metrics, "certificates"), 1);
         assert_eq!(failures(&metrics, "webhook_configurations"), 0);

@@ -37,6 +37,7 @@ use crate::names::Mode;
 use crate::names::namespace;
 use crate::names::{SECRET_CA, SECRET_TLS};
 use crate::state::State;
+pub use config::own_pod;
 pub(crate) use config::reporter;
 pub use config::{OperatorConfig, serving_hosts};
 use leader::Leadership;
@@ -67,7 +68,8 @@ pub async fn run(
 }
 
 /// What every replica does: the cache, the serving pair, the webhook configurations and the CA
-/// Secret watched (each change kicks the leader's pass), readiness, the pod entries its gates need.
+/// Secret watched (each change kicks the leader's pass), readiness, the pod entries its gates
+/// need, its memory.
 async fn every_replica(
     client: &Client,
     config: &OperatorConfig,
@@ -97,11 +99,24 @@ async fn every_replica(
             config,
             state.clone()
         )),
+        guard_memory(client, config, state),
     );
 }
 
-/// What the leader does: the election, then while it leads its pass (certificates, webhook
-/// configurations, rollout and narrowing) and the child-request recount.
+/// With `--memory-limit`, the replica turns unready near it (`memory_guard.rs`), saying so in
+/// Events on its own Pod.
+async fn guard_memory(client: &Client, config: &OperatorConfig, state: &Arc<State>) {
+    let Some(limit) = config.memory_limit else {
+        return;
+    };
+    let recorder = Recorder::new(client.clone(), reporter(&config.identity));
+    let pod = config::own_pod(&config.identity);
+    memory_guard::run(limit, state.clone(), recorder, pod).await;
+}
+
+/// What the leader does: the election, then while it leads its pass (`leader_pass.rs`:
+/// certificates, webhook configurations with the rollout's split and narrowing, CA rotation) and
+/// the child-request recount.
 async fn the_leader(
     client: &Client,
     config: &OperatorConfig,
@@ -261,7 +276,7 @@ async fn keep_pod_entries_wide_for_gates(
         return;
     }
     let guard =
-        crate::kube_ports::pod_reach::KubePodReachGuard::new(client, config.narrow_hold / 4);
+        crate::kube_ports::pod_reach::KubePodReachGuard::for_hold(client, config.narrow_hold);
     const CHECK: &str = "pod-entries";
     state.readiness.set_not_ready(
         CHECK,

@@ -73,7 +73,7 @@ pub async fn handle(
         Ok(t) => t,
         Err(message) => return before_the_body(&req, plain(StatusCode::BAD_REQUEST, message)),
     };
-    // One request at a time per HTTP/2 stream slot of this connection.
+    // Within this connection's request slots (`--max-streams-per-connection`).
     let _stream = match req.conn_data::<ConnectionStreams>() {
         Some(streams) => match streams.0.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),

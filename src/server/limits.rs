@@ -340,7 +340,8 @@ pub struct LimitFlags {
     /// stops sending holds its bytes for nothing).
     #[arg(long, env = "KOORD_WEBHOOK_REQUEST_BODY_IDLE_TIMEOUT", default_value = "2s", value_parser = parse_duration_arg)]
     pub request_body_idle_timeout: Duration,
-    /// Requests in flight on one connection (HTTP/2 streams); more get HTTP 503.
+    /// Requests in flight on one connection; more get HTTP 503 (HTTP/2, which let one connection
+    /// carry many, is refused in the TLS handshake).
     #[arg(long, env = "KOORD_WEBHOOK_MAX_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
     pub max_streams_per_connection: usize,
     /// Open connections over all workers; more wait in the listen backlog. With --memory-limit, no

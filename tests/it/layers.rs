@@ -298,8 +298,14 @@ fn from_folder_mod(src: &Path) -> Vec<(String, String)> {
         let text = std::fs::read_to_string(&file).unwrap();
         let text = text.split("\n#[cfg(test)]").next().unwrap_or_default();
         let prefixes = ["super::".to_owned(), format!("crate::{module_path}::")];
-        for line in text.lines() {
-            let code = line.split("//").next().unwrap_or_default();
+        // Comments dropped and the lines joined: rustfmt wraps a long `use super::{..}` over lines.
+        let code = text
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" ");
+        {
+            let code = code.as_str();
             for prefix in &prefixes {
                 for (at, _) in code.match_indices(prefix.as_str()) {
                     // `super::super::` climbs further: an ancestor's child, not this folder's.
@@ -371,13 +377,15 @@ fn a_child_importing_its_folders_mod_rs_is_seen() {
     std::fs::write(folder.join("shared.rs"), "pub struct Shared;\n").unwrap();
     std::fs::write(
         folder.join("load.rs"),
-        "use super::shared::Shared;\nuse super::Writer;\nuse crate::cache::{shared, Other};\n",
+        "use super::shared::Shared;\nuse super::Writer;\nuse crate::cache::{shared, Other};\n\
+         use super::{\n    shared::Shared as Again,\n    Wrapped, // a comment\n};\n",
     )
     .unwrap();
     assert_eq!(
         from_folder_mod(dir.path()),
         [
             ("cache/load.rs".to_owned(), "Other".to_owned()),
+            ("cache/load.rs".to_owned(), "Wrapped".to_owned()),
             ("cache/load.rs".to_owned(), "Writer".to_owned())
         ]
     );

@@ -1,5 +1,5 @@
-//! The Reservation as /mutate-reservation decodes it: its metadata, and of its pod template only the
-//! fields a colocation profile sets (scheduler and priority); the template's containers, volumes and
+//! The Reservation as its endpoints decode it: its metadata, its `ttl` (`ttl_limit.rs`), and of its
+//! pod template only the fields a colocation profile sets (scheduler and priority); the template's containers, volumes and
 //! everything else, the owners and the status stay JSON text (`admission/open_object.rs`). The
 //! template is a whole pod spec, most of whose optional fields are large once decoded even when
 //! empty: decoded whole, a 12-byte volume cost 11 KB.

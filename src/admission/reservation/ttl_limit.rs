@@ -121,6 +121,13 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    #[should_panic(expected = "shadowing names a rule other than the one run")]
+    async fn a_misspelt_shadowed_rule_fails_the_test() {
+        let env = limited().shadowing("ReservationTTLLimit");
+        env.mutate(&TtlLimit, &reservation("100h")).await;
+    }
+
     #[test]
     fn never_expiring_unparsable_and_defaulted_ttls() {
         let limit = Duration::from_secs(3600);

@@ -12,12 +12,12 @@ mod report;
 
 use std::io::{IsTerminal, Write as _};
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use kube::Client;
 use serde_json::{Value, json};
 
+use super::resolved::{OwnUserUnless, Rules};
 use crate::admission::actions::RuleActions;
-use crate::admission::settings::OwnUser;
 use crate::admission::{Admission, Settings, registered_rules};
 use crate::cache::CacheWriter;
 use crate::cache::load::to_cached;
@@ -85,17 +85,14 @@ const AUDIT_USER: &str = "koord-webhook-audit";
 /// The report and whether it found nothing.
 pub async fn run(args: &AuditArgs) -> anyhow::Result<(String, bool)> {
     let client = crate::cluster_client::client(&args.cluster).await?;
-    let (gates, settings) = if args.same_as_deployed {
-        super::deployed::flags(&client, args.cluster.namespace()).await?
-    } else {
-        (args.feature_gates.clone(), args.rules.settings())
-    };
-    let gates: FeatureGates = gates.parse().map_err(|e| anyhow!("--feature-gates: {e}"))?;
     // A stored quota's recent-admissions record was written by the replicas: reviewed here as
     // this tool's change, it must count as theirs.
-    let settings = Settings {
-        own_user: OwnUser::known(AUDIT_USER),
-        ..settings
+    let own = OwnUserUnless::Always(AUDIT_USER);
+    let Rules { gates, settings } = if args.same_as_deployed {
+        let deployed = super::deployed::flags(&client, args.cluster.namespace()).await?;
+        deployed.with_own_user(own)
+    } else {
+        Rules::resolve(&args.feature_gates, &args.rules, own)?
     };
     let report = audit(&client, gates, settings, args).await?;
     let clean = report.objects_found == 0;

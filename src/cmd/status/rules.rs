@@ -32,7 +32,8 @@ pub async fn collect(client: &Client, namespace: &str) -> (Vec<RuleStatus>, Vec<
     let mut notes = Vec::new();
     let mut rows: BTreeMap<(String, String), RuleStatus> = BTreeMap::new();
     match super::super::deployed::flags(client, namespace).await {
-        Ok((_, settings)) => {
+        Ok(deployed) => {
+            let settings = deployed.settings;
             for rule in registered_rules() {
                 for webhook in &rule.webhooks {
                     let action = settings.actions.of(webhook, rule.name);

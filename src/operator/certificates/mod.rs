@@ -32,18 +32,44 @@ const RECORD_SECRET: &str = "secret";
 const RECORD_AT: &str = "adoptedAt";
 pub use plan::{CertPolicy, Next};
 
-/// Why a certificate pass stopped: a read or write of the API, the fence, or issuing.
+/// Why a certificate pass stopped: which object, which action (reading it, writing it), and why;
+/// or issuing.
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
-    #[error(transparent)]
-    Write(#[from] WriteError),
+    #[error("{action} {object}: {source}")]
+    Api {
+        action: Action,
+        /// `Secret koordinator-system/webhook-ca`, say.
+        object: String,
+        source: WriteError,
+    },
     #[error(transparent)]
     Cert(#[from] CertError),
 }
 
-impl From<kube::Error> for PassError {
-    fn from(e: kube::Error) -> Self {
-        PassError::Write(e.into())
+/// What the certificate step did to an object when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Read,
+    Write,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Action::Read => "read",
+            Action::Write => "write",
+        })
+    }
+}
+
+impl PassError {
+    fn api(action: Action, kind: &str, name: &str, source: impl Into<WriteError>) -> Self {
+        PassError::Api {
+            action,
+            object: format!("{kind} {}/{name}", namespace()),
+            source: source.into(),
+        }
     }
 }
 
@@ -91,10 +117,13 @@ impl Issuer {
         kube_events::record(&self.recorder, reference, Note::named(type_, reason, note)).await;
     }
 
-    async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), WriteError> {
+    async fn apply(&self, secret: &Secret, metrics: &Metrics) -> Result<(), PassError> {
         let name = secret.metadata.name.clone().unwrap_or_default();
+        let failed = |e: WriteError| PassError::api(Action::Write, "Secret", &name, e);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.leadership.check()?;
+        self.leadership
+            .check()
+            .map_err(|e| failed(WriteError::from(e)))?;
         if let Err(e) = self
             .secrets()
             .patch(&name, &params, &Patch::Apply(secret))
@@ -106,7 +135,7 @@ impl Issuer {
                 format!("could not write Secret {name}: {e}"),
             )
             .await;
-            return Err(e.into());
+            return Err(failed(e.into()));
         }
         metrics
             .operator
@@ -207,8 +236,9 @@ impl Issuer {
     /// behind the fence, record; the bundle the configurations are to carry.
     pub async fn issue(&self, metrics: &Metrics) -> Result<Issued, PassError> {
         let api = self.secrets();
-        let ca_secret = api.get_opt(SECRET_CA).await?;
-        let tls_secret = api.get_opt(SECRET_TLS).await?;
+        let read = |name| move |e| PassError::api(Action::Read, "Secret", name, e);
+        let ca_secret = api.get_opt(SECRET_CA).await.map_err(read(SECRET_CA))?;
+        let tls_secret = api.get_opt(SECRET_TLS).await.map_err(read(SECRET_TLS))?;
         let first_start = plan::is_first_start(ca_secret.is_some(), tls_secret.is_some());
         let takeover = first_start && self.policy.adopt_ca_secret.is_some();
         let adopted_before = match takeover {
@@ -244,15 +274,17 @@ impl Issuer {
         // rather than taking koord-manager's over twice.
         for event in &plan.events {
             if let CertEvent::CaAdopted { secret } = event {
-                self.record_adoption(secret, metrics).await?;
+                self.record_adoption(secret, metrics).await.map_err(|e| {
+                    PassError::api(Action::Write, "ConfigMap", CA_ADOPTION_RECORD, e)
+                })?;
             }
         }
         if plan.write_ca {
             self.apply(&secrets::ca_secret(&plan.ca), metrics).await?;
         }
         if plan.write_tls {
-            self.apply(&secrets::tls_secret(&plan.tls, &plan.ca), metrics)
-                .await?;
+            let tls = secrets::tls_secret(&plan.tls, &plan.ca);
+            self.apply(&tls, metrics).await?;
         }
         for certificate in &plan.issued {
             metrics
