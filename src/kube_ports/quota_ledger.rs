@@ -124,6 +124,7 @@ mod tests {
             resource_version: None,
             at: 7,
             caller: None,
+            object_uid: None,
         }
     }
 

@@ -68,6 +68,11 @@ pub struct PendingChange {
     /// whose changes ever shows is not waited for (`ledger/callers.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
+    /// On CREATE, the uid the API server gave the object (set before validating admission): a
+    /// quota that shows with it proves the review came from the API server, as no one else can
+    /// know a uid before the object exists (`ledger/callers.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_uid: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -143,6 +143,10 @@ pub fn change_of(
         },
         at: 0,
         caller: None,
+        object_uid: match kind {
+            ChangeKind::Create => quota.metadata.uid.clone(),
+            _ => None,
+        },
     })
 }
 
@@ -153,9 +157,53 @@ pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
         .get(Some(&change.namespace), &change.name);
     match change.operation {
         ChangeKind::Create => current.is_some(),
-        ChangeKind::Update => {
-            current.is_none_or(|q| q.metadata.resource_version != change.resource_version)
-        }
+        ChangeKind::Update => current.is_none_or(|q| {
+            match versions(q.metadata.resource_version.as_deref(), change) {
+                // A cache behind the version changed has not seen the change yet.
+                Some((cached, changed)) => cached > changed,
+                None => q.metadata.resource_version != change.resource_version,
+            }
+        }),
         ChangeKind::Delete => current.is_none_or(|q| q.metadata.deletion_timestamp.is_some()),
     }
+}
+
+/// Whether `change` is a CREATE whose object is in the cache with the uid the review gave it: what
+/// only the API server's own review can carry (it sets the uid before validating admission).
+pub fn proven(change: &PendingChange, cache: &Cache) -> bool {
+    change.operation == ChangeKind::Create
+        && change.object_uid.is_some()
+        && cache
+            .elastic_quotas
+            .get(Some(&change.namespace), &change.name)
+            .is_some_and(|q| q.metadata.uid == change.object_uid)
+}
+
+/// Whether `change` is an UPDATE of a version older than the cache holds: the API server cannot
+/// store it as reviewed (its write would conflict, and it reviews the update again on the newer
+/// version), so it needs neither a wait nor a record.
+/// So is one whose old version is not a number when the cache's is: the API server gave it no such
+/// version.
+pub fn superseded(change: &PendingChange, cache: &Cache) -> bool {
+    if change.operation != ChangeKind::Update {
+        return false;
+    }
+    let Some(cached) = cache
+        .elastic_quotas
+        .get(Some(&change.namespace), &change.name)
+    else {
+        return false;
+    };
+    let cached = cached.metadata.resource_version.as_deref();
+    match versions(cached, change) {
+        Some((cached, changed)) => cached > changed,
+        None => cached.is_some_and(|v| v.parse::<u64>().is_ok()),
+    }
+}
+
+/// The cached and the changed resourceVersions as numbers, when both are (etcd's revisions:
+/// Kubernetes asks clients not to order them, but they are ordered; otherwise only told apart).
+fn versions(cached: Option<&str>, change: &PendingChange) -> Option<(u64, u64)> {
+    let parse = |v: Option<&str>| v?.parse::<u64>().ok();
+    Some((parse(cached)?, parse(change.resource_version.as_deref())?))
 }

@@ -148,11 +148,6 @@ struct Queued {
     /// many can keep another's change from being recorded.
     since: Instant,
     caller: Option<std::net::IpAddr>,
-    /// A trusted caller's change (one whose changes have shown: the API server's) past its
-    /// request's [`MAX_WAIT`] after losing a write: written over the entries of callers not known
-    /// to show anything, as a forger with fresh addresses would otherwise win every write. Only
-    /// a trusted caller's: a forger's own would overwrite the API server's entries.
-    past_budget: bool,
     reply: oneshot::Sender<Verdict>,
 }
 
@@ -190,16 +185,22 @@ impl Ledger {
         mut check: impl FnMut() -> Result<A, Rejection>,
     ) -> Result<A, Rejection> {
         within_the_api_servers_limits(&change)?;
+        if keys::superseded(&change, cache) {
+            // An UPDATE of a version the cache has replaced cannot be stored as reviewed (the API
+            // server reviews it again on the newer version): checked, neither waited for nor
+            // recorded, so a flood of them writes nothing and earns its sender nothing.
+            return check();
+        }
         let caller = crate::admission::caller::current().map(|ip| ip.to_string());
         if self.inner.sightings.callers.distrusted(caller.as_deref()) {
             // None of this caller's changes ever showed: checked against the cache, neither waiting
             // nor recorded (so a forger's stream stops writing the record), and watched like a
-            // recorded one: if it shows, its caller is trusted again.
+            // recorded one: if it shows, its caller is no longer distrusted.
             self.inner.sightings.judge_pending(cache);
             let applied = check()?;
             self.inner
                 .sightings
-                .seen_own(&PendingChange { caller, ..change });
+                .seen_own(&PendingChange { caller, ..change }, cache);
             return Ok(applied);
         }
         let started = Instant::now();
@@ -265,9 +266,6 @@ impl Ledger {
                 cache: cache.clone(),
                 since: started,
                 caller: crate::admission::caller::current(),
-                past_budget: lost
-                    && started.elapsed() >= MAX_WAIT
-                    && self.inner.sightings.callers.trust(caller.as_deref()) == Trust::Trusted,
                 reply,
             };
             self.inner.enqueue(queued);
@@ -277,7 +275,7 @@ impl Ledger {
                     // Seen as recorded, with its caller: judged like any other.
                     self.inner
                         .sightings
-                        .seen_own(&PendingChange { caller, ..change });
+                        .seen_own(&PendingChange { caller, ..change }, cache);
                     return Ok(applied);
                 }
                 // Another change under its keys was recorded first: wait for it and check again.
@@ -383,12 +381,12 @@ impl Inner {
             let mut taken = BTreeSet::new();
             for q in queued {
                 let fits = taken.len() + q.keys.len() <= BATCH_KEYS || batch.is_empty();
+                // Only a distrusted caller's entry leaves a checked change valid: one written over
+                // any other may have displaced a real change this one never saw (an outside
+                // review's search found two siblings both admitted when a trusted caller's change
+                // was written over unknown callers' entries past its wait).
                 let not_waited_for =
-                    |c: &PendingChange| match self.sightings.callers.trust(c.caller.as_deref()) {
-                        Trust::Distrusted => true,
-                        Trust::Unknown => q.past_budget,
-                        Trust::Trusted => false,
-                    };
+                    |c: &PendingChange| self.sightings.callers.distrusted(c.caller.as_deref());
                 if !still_valid(&q, &record, &known, not_waited_for)
                     || q.keys.iter().any(|k| taken.contains(k))
                 {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::bounds::{MAX_WAIT, PENDING_TIMEOUT};
-use super::callers::Callers;
-use super::keys::visible;
+use super::callers::{Callers, Sighting};
+use super::keys::{proven, visible};
 use crate::admission::ports::{LedgerRecord, PendingChange};
 use crate::cache::Cache;
 
@@ -104,10 +104,15 @@ impl Sightings {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// A change this replica admits itself: pending by definition (the API server stores it only
-    /// after the answer), so if it shows, its caller is credited.
-    pub(super) fn seen_own(&self, change: &PendingChange) {
+    /// A change this replica admits itself: pending (the API server stores it only after the
+    /// answer) unless the cache already shows it, which a real change cannot (an UPDATE of a
+    /// version the cache has since replaced, a CREATE of a name that exists: forged), so that
+    /// one earns its caller nothing.
+    pub(super) fn seen_own(&self, change: &PendingChange, cache: &Cache) {
         self.first_seen(change);
+        if visible(change, cache) {
+            return;
+        }
         if let Some(s) = self
             .seen
             .lock()
@@ -131,18 +136,19 @@ impl Sightings {
             *last = Some(Instant::now());
         }
         // One pass under the lock, no copies: the cache's lookups never wait.
-        let judged: Vec<(Option<String>, bool)> = {
+        let judged: Vec<(Option<String>, Sighting)> = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             seen.values_mut()
                 .filter_map(|s| {
                     let change = s.change.as_ref()?;
-                    let (caller, shown_now) = (change.caller.clone(), visible(change, cache));
-                    Some((caller, look(s, shown_now)??))
+                    let caller = change.caller.clone();
+                    let now = (visible(change, cache), proven(change, cache));
+                    Some((caller, look(s, now)??))
                 })
                 .collect()
         };
-        for (caller, shown) in judged {
-            self.callers.judge(caller.as_deref(), shown);
+        for (caller, sighting) in judged {
+            self.callers.judge(caller.as_deref(), sighting);
         }
     }
 
@@ -152,24 +158,24 @@ impl Sightings {
     /// (a DELETE of nothing, a CREATE of a name that exists: what the API server cannot store as
     /// sent) earns nothing, so a forger cannot buy trust with such changes.
     pub(super) fn sight(&self, change: &PendingChange, cache: &Cache) {
-        let shown_now = visible(change, cache);
+        let now = (visible(change, cache), proven(change, cache));
         let verdict = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             let Some(s) = seen.get_mut(&change.id) else {
                 return;
             };
-            look(s, shown_now)
+            look(s, now)
         };
-        if let Some(Some(shown)) = verdict {
-            self.callers.judge(change.caller.as_deref(), shown);
+        if let Some(Some(sighting)) = verdict {
+            self.callers.judge(change.caller.as_deref(), sighting);
         }
     }
 }
 
-/// One look at `s`, shown now or not: `None` while nothing is decided, `Some(None)` once decided
-/// with nothing to count (in the cache from the start), `Some(Some(shown))` a credit or a strike.
-/// Decided, it is judged and its change dropped.
-fn look(s: &mut Seen, shown_now: bool) -> Option<Option<bool>> {
+/// One look at `s`, (shown, proven) now: `None` while nothing is decided, `Some(None)` once
+/// decided with nothing to count (in the cache from the start), `Some(Some(sighting))` a credit or
+/// a strike. Decided, it is judged and its change dropped.
+fn look(s: &mut Seen, (shown_now, proven_now): (bool, bool)) -> Option<Option<Sighting>> {
     if s.judged {
         return None;
     }
@@ -177,9 +183,10 @@ fn look(s: &mut Seen, shown_now: bool) -> Option<Option<bool>> {
     let verdict = match (shown_now, s.pending) {
         (false, _) => {
             s.pending = true;
-            old.then_some(Some(false))
+            old.then_some(Some(Sighting::NeverShown))
         }
-        (true, true) => Some(Some(true)),
+        (true, true) if proven_now => Some(Some(Sighting::Proven)),
+        (true, true) => Some(Some(Sighting::Shown)),
         (true, false) => old.then_some(None),
     };
     if verdict.is_some() {

@@ -258,11 +258,13 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
 
 /// A forger with many addresses (a Pod per address, a new one every 4 s: each gone before five of
 /// its changes can fail to show and get it distrusted), racing through replica a: replica b's
-/// real changes of the same tree lose write after write to its fresh entries. Past its own wait
-/// a real change is written over the entries of callers not yet known to show anything, so it is
-/// never refused.
+/// real changes of the same tree lose write after write to its fresh entries. The residual of
+/// issue 60 (docs/admission.md): each is delayed, some are refused with a retryable 429 at
+/// GIVE_UP, none is admitted wrongly and none waits longer. (Writing a trusted caller's change
+/// over unknown callers' entries past its wait refused none, but let two racing siblings both in:
+/// `tests/attack.rs`.)
 #[tokio::test(start_paused = true)]
-async fn a_forger_with_fresh_addresses_never_gets_a_real_change_refused() {
+async fn a_forger_with_fresh_addresses_delays_real_changes_and_at_worst_gets_them_retried() {
     use crate::admission::caller::answering_for;
     let writer = Mutex::new(CacheWriter::default());
     let cache = writer.lock().unwrap().reader();
@@ -288,8 +290,12 @@ async fn a_forger_with_fresh_addresses_never_gets_a_real_change_refused() {
     let reals = real_changes(&b, &writer, &cache, 12);
     let (took, _) = futures::join!(reals, futures::future::join_all(forgers));
     eprintln!("{took:?}");
-    assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
-    assert!(took.iter().all(|(_, t)| *t < GIVE_UP), "{took:?}");
+    assert!(
+        took.iter().all(|(o, _)| matches!(o, Ok(()) | Err(429))),
+        "{took:?}"
+    );
+    assert!(took.iter().all(|(_, t)| *t <= GIVE_UP + POLL), "{took:?}");
+    assert!(took.iter().any(|(o, _)| o.is_ok()), "{took:?}");
 }
 
 #[tokio::test]
@@ -366,7 +372,7 @@ async fn the_api_servers_changes_that_show_keep_it_trusted_through_denials_downs
 
 /// `count` real changes of tree t through `ledger`, from the API server's address, one every 3 s,
 /// each stored 20 ms after it is admitted: each one's outcome (its code if refused) and time.
-async fn real_changes(
+pub(super) async fn real_changes(
     ledger: &Ledger,
     writer: &Mutex<CacheWriter>,
     cache: &Cache,

@@ -411,5 +411,6 @@ fn changes_become_visible_by_kind() {
     assert!(visible(&update, &cache));
 }
 
+mod attack;
 mod forged;
 mod record;
