@@ -8,7 +8,7 @@
 //!
 //! A change "showing" proves little: anyone can forge an UPDATE of a quota that someone else then
 //! changes. Trust takes proof: a CREATE that shows with the uid its review carried, which the API
-//! server sets just before validating admission and no one else can know (`keys::proven`). Only a
+//! server sets just before validating admission and no one else can know (`keys::shown_and_proven`). Only a
 //! trusted caller's changes are written over unknown callers' entries past their wait (`mod.rs`).
 
 use std::collections::HashMap;

@@ -152,9 +152,25 @@ pub fn change_of(
 
 /// Whether `change` has reached the cache: created, updated past the version it changed, or gone.
 pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
+    shown_in(
+        change,
+        cache
+            .elastic_quotas
+            .get(Some(&change.namespace), &change.name)
+            .as_deref(),
+    )
+}
+
+/// Whether `change` has reached the cache and whether it is proven ([`proven_by`]): one lookup.
+pub fn shown_and_proven(change: &PendingChange, cache: &Cache) -> (bool, bool) {
     let current = cache
         .elastic_quotas
         .get(Some(&change.namespace), &change.name);
+    let current = current.as_deref();
+    (shown_in(change, current), proven_by(change, current))
+}
+
+fn shown_in(change: &PendingChange, current: Option<&ElasticQuota>) -> bool {
     match change.operation {
         ChangeKind::Create => current.is_some(),
         ChangeKind::Update => current.is_none_or(|q| {
@@ -170,13 +186,10 @@ pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
 
 /// Whether `change` is a CREATE whose object is in the cache with the uid the review gave it: what
 /// only the API server's own review can carry (it sets the uid before validating admission).
-pub fn proven(change: &PendingChange, cache: &Cache) -> bool {
+fn proven_by(change: &PendingChange, current: Option<&ElasticQuota>) -> bool {
     change.operation == ChangeKind::Create
         && change.object_uid.is_some()
-        && cache
-            .elastic_quotas
-            .get(Some(&change.namespace), &change.name)
-            .is_some_and(|q| q.metadata.uid == change.object_uid)
+        && current.is_some_and(|q| q.metadata.uid == change.object_uid)
 }
 
 /// Whether `change` is an UPDATE of a version older than the cache holds: the API server cannot

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::bounds::{MAX_WAIT, PENDING_TIMEOUT};
 use super::callers::{Callers, Sighting};
-use super::keys::{proven, visible};
+use super::keys::{shown_and_proven, visible};
 use crate::admission::ports::{LedgerRecord, PendingChange};
 use crate::cache::Cache;
 
@@ -142,7 +142,7 @@ impl Sightings {
                 .filter_map(|s| {
                     let change = s.change.as_ref()?;
                     let caller = change.caller.clone();
-                    let now = (visible(change, cache), proven(change, cache));
+                    let now = shown_and_proven(change, cache);
                     Some((caller, look(s, now)??))
                 })
                 .collect()
@@ -158,7 +158,7 @@ impl Sightings {
     /// (a DELETE of nothing, a CREATE of a name that exists: what the API server cannot store as
     /// sent) earns nothing, so a forger cannot buy trust with such changes.
     pub(super) fn sight(&self, change: &PendingChange, cache: &Cache) {
-        let now = (visible(change, cache), proven(change, cache));
+        let now = shown_and_proven(change, cache);
         let verdict = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             let Some(s) = seen.get_mut(&change.id) else {

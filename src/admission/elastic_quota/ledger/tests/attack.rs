@@ -2,13 +2,13 @@
 //! (the API server's changes never refused because of forgers; two racing real siblings never
 //! both admitted; bounded memory and time). Each `attack_` test failed before its fix (their
 //! comments say what they found); the fixes: trust only from a CREATE that shows with the uid its
-//! review carried (`keys::proven`), nothing credited for a change in the cache when admitted
+//! review carried (`keys::shown_and_proven`), nothing credited for a change in the cache when admitted
 //! (`Sightings::seen_own`), an UPDATE of a version the cache has replaced neither waited for nor
 //! recorded (`keys::superseded`), the callers map bounded by the trusted. The floods are smaller
 //! here than when they were found (400 connections, 100 s), to keep CI's unit tests short.
 //! `failed_attack_` tests are the reviewer's controls.
 
-use super::forged::real_changes;
+use super::forged::{real_changes, shared};
 use super::*;
 use crate::admission::caller::answering_for;
 use crate::admission::elastic_quota::ledger::callers::{STRIKES, Trust};
@@ -164,51 +164,6 @@ async fn attack_a_flood_of_changes_already_in_the_cache_starves_real_writes() {
     let (took, forger) = flood_against_reals(false, ((1, 3), (5, 10))).await;
     eprintln!("forger on b: {forger:?}; real changes: {took:?}");
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
-}
-
-/// Slow over a store shared by replicas of different latencies (as replicas on different nodes):
-/// each call takes from `.1` to `.2` (inclusive, in ms), drawn from a fixed-seed generator.
-struct Shared(
-    Arc<MemoryLedgerStore>,
-    u64,
-    u64,
-    std::sync::atomic::AtomicU64,
-);
-
-fn shared(store: &Arc<MemoryLedgerStore>, (lo, hi): (u64, u64), seed: u64) -> Arc<Shared> {
-    Arc::new(Shared(store.clone(), lo, hi, seed.into()))
-}
-
-impl Shared {
-    fn latency(&self) -> Duration {
-        use std::sync::atomic::Ordering::Relaxed;
-        let x = self
-            .3
-            .load(Relaxed)
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.3.store(x, Relaxed);
-        Duration::from_millis(self.1 + (x >> 33) % (self.2 - self.1 + 1))
-    }
-}
-
-impl LedgerStore for Shared {
-    fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.latency()).await;
-            self.0.read().await
-        })
-    }
-    fn write<'a>(
-        &'a self,
-        version: &'a str,
-        last: &'a BTreeMap<String, PendingChange>,
-    ) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.latency()).await;
-            self.0.write(version, last).await
-        })
-    }
 }
 
 /// A create of the API server's through each of `ledgers`, shown: it is trusted on each.

@@ -142,13 +142,40 @@ proptest::proptest! {
     }
 }
 
-/// A store whose every call takes `latency`, as the API server's do.
-struct Slow(MemoryLedgerStore, Duration);
+/// A store whose every call takes some milliseconds, as the API server's do: shared by replicas of different latencies (as replicas on different nodes):
+/// each call takes from `.1` to `.2` (inclusive, in ms), drawn from a fixed-seed generator.
+pub(super) struct Shared(
+    Arc<MemoryLedgerStore>,
+    u64,
+    u64,
+    std::sync::atomic::AtomicU64,
+);
 
-impl LedgerStore for Slow {
+pub(super) fn shared(
+    store: &Arc<MemoryLedgerStore>,
+    (lo, hi): (u64, u64),
+    seed: u64,
+) -> Arc<Shared> {
+    Arc::new(Shared(store.clone(), lo, hi, seed.into()))
+}
+
+impl Shared {
+    fn latency(&self) -> Duration {
+        use std::sync::atomic::Ordering::Relaxed;
+        let x = self
+            .3
+            .load(Relaxed)
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.3.store(x, Relaxed);
+        Duration::from_millis(self.1 + (x >> 33) % (self.2 - self.1 + 1))
+    }
+}
+
+impl LedgerStore for Shared {
     fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
         Box::pin(async move {
-            tokio::time::sleep(self.1).await;
+            tokio::time::sleep(self.latency()).await;
             self.0.read().await
         })
     }
@@ -158,7 +185,7 @@ impl LedgerStore for Slow {
         last: &'a BTreeMap<String, PendingChange>,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
-            tokio::time::sleep(self.1).await;
+            tokio::time::sleep(self.latency()).await;
             self.0.write(version, last).await
         })
     }
@@ -168,10 +195,7 @@ impl LedgerStore for Slow {
 async fn one_callers_backlog_does_not_keep_anothers_change_from_being_recorded() {
     use crate::admission::caller::answering_for;
     let cache = CacheWriter::default().reader();
-    let store = Arc::new(Slow(
-        MemoryLedgerStore::default(),
-        Duration::from_millis(20),
-    ));
+    let store = shared(&Arc::default(), (20, 20), 0);
     let ledger = Ledger::new(store.clone());
     let forger = Some("10.0.0.66".parse().unwrap());
     let api_server = Some("10.0.0.1".parse().unwrap());
@@ -207,7 +231,7 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
     use crate::admission::caller::answering_for;
     let writer = Mutex::new(CacheWriter::default());
     let cache = writer.lock().unwrap().reader();
-    let store = Arc::new(Slow(MemoryLedgerStore::default(), Duration::from_millis(5)));
+    let store = shared(&Arc::default(), (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
     let forger = Some("10.0.0.66".parse().unwrap());
     let until = Instant::now() + Duration::from_secs(60);
@@ -268,7 +292,7 @@ async fn a_forger_with_fresh_addresses_delays_real_changes_and_at_worst_gets_the
     use crate::admission::caller::answering_for;
     let writer = Mutex::new(CacheWriter::default());
     let cache = writer.lock().unwrap().reader();
-    let store = Arc::new(Slow(MemoryLedgerStore::default(), Duration::from_millis(5)));
+    let store = shared(&Arc::default(), (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
     let started = Instant::now();
     let until = started + Duration::from_secs(40);
