@@ -6,10 +6,10 @@
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
+use bytes::Bytes;
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::core::GroupVersionResource;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::admission::AdmissionRequest;
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::Instrument;
 
@@ -17,17 +17,18 @@ use super::chain::{
     Ctx, Finding, Halt, Mutator, RunningPlugin, Validator, run_mutators, run_validators,
 };
 use super::deadline::Deadline;
-use super::env::{Env, Head};
+use super::decode::{self, Request};
+use super::env::Env;
 use super::node::Node;
 use super::outcome::Rejection;
 use super::patch;
 use super::pod::object::Pod;
 use super::reservation::object::Reservation;
-use super::review::{self, MalformedReview, NoVerdict, Verdict, WireRequest};
+use super::review::{self, NoVerdict, Verdict};
 use crate::apis::meta::annotations_too_long;
 use crate::apis::{ClusterColocationProfile, ElasticQuota};
 use crate::entries::EndpointSpec;
-use crate::memory::{BodyShape, Meter};
+use crate::memory::BodyShape;
 use crate::metrics::admission::{DenialLabels, PluginLabels, WebhookLabels};
 use crate::telemetry::{Clipped, MAX_LOGGED_MESSAGE, MAX_LOGGED_NAME};
 
@@ -71,7 +72,7 @@ impl Endpoint {
     /// object that does not decode included, gets an answer.
     pub async fn review(
         &self,
-        body: &[u8],
+        body: Bytes,
         shape: BodyShape,
         env: &Env,
         deadline: Deadline,
@@ -183,38 +184,23 @@ impl<T: Object> TypedEndpoint<T> {
         let chain = Chain::Validating { plugins };
         Self { spec, chain }
     }
-
-    fn accepts(&self, resource: &GroupVersionResource, sub_resource: Option<&str>) -> bool {
-        resource.resource == self.spec.resource
-            && sub_resource.unwrap_or_default() == self.spec.sub_resource
-    }
 }
 
 impl<T: Object> TypedEndpoint<T> {
     /// Decodes the body, admits the request, encodes the answer.
     pub async fn review(
         &self,
-        body: &[u8],
+        body: Bytes,
         shape: BodyShape,
         env: &Env,
         deadline: Deadline,
     ) -> Result<Vec<u8>, NoVerdict> {
-        // What the decode takes is counted by the allocator and held to what the body's shape
-        // allows: a shape larger decoded than estimated is stopped at the first value past it.
-        let decoded = {
-            // A mutating chain keeps a copy of what it decoded: the two share the estimate.
-            let copies = match self.chain {
-                Chain::Mutating { .. } => 2,
-                Chain::Validating { .. } => 1,
-            };
-            let meter = Meter::start(shape.allowance(copies));
-            let decoded = self.decode(body);
-            meter
-                .check()
-                .map_err(|over| NoVerdict::TooLarge(over, body.len()))?;
-            decoded
+        // A mutating chain keeps a copy of what it decoded: the two share the estimate.
+        let copies = match self.chain {
+            Chain::Mutating { .. } => 2,
+            Chain::Validating { .. } => 1,
         };
-        let (head, request) = decoded?;
+        let (head, request) = decode::decode::<T>(self.spec, body, shape, copies, deadline).await?;
         let span = tracing::info_span!(
             "admission",
             uid = %Clipped(&head.uid, MAX_LOGGED_NAME),
@@ -230,47 +216,9 @@ impl<T: Object> TypedEndpoint<T> {
         }
     }
 
-    /// Who the request is about, and the request if it is for this endpoint's resource (`None`: a
-    /// request for another resource, answered with an allow). An object that does not decode is an
-    /// `Err` inside, answered with a denial.
-    #[allow(clippy::type_complexity)]
-    fn decode(
-        &self,
-        body: &[u8],
-    ) -> Result<(Head, Option<Result<Box<AdmissionRequest<T>>, String>>), MalformedReview> {
-        let head =
-            |uid: &str, operation: &Operation, namespace: &Option<String>, name: &str| Head {
-                uid: uid.to_owned(),
-                operation: operation.clone(),
-                namespace: namespace.clone(),
-                name: name.to_owned(),
-            };
-        Ok(match review::parse_typed::<T>(body) {
-            Some(r) => (
-                head(&r.uid, &r.operation, &r.namespace, &r.name),
-                self.accepts(&r.resource, r.sub_resource.as_deref())
-                    .then_some(Ok(r)),
-            ),
-            None => {
-                // Something is off: two steps tell a bad envelope from a bad object.
-                let w = WireRequest::parse(body)?;
-                (
-                    head(&w.uid, &w.operation, &w.namespace, &w.name),
-                    self.accepts(&w.resource, w.sub_resource.as_deref())
-                        .then(|| w.decode::<T>().map(Box::new)),
-                )
-            }
-        })
-    }
-
     /// Runs the chain within the API server's deadline, with its panics contained and its outcome
     /// counted.
-    async fn admit(
-        &self,
-        request: Option<Result<Box<AdmissionRequest<T>>, String>>,
-        env: &Env,
-        deadline: Deadline,
-    ) -> Verdict {
+    async fn admit(&self, request: Request<T>, env: &Env, deadline: Deadline) -> Verdict {
         let (spec, metrics) = (self.spec, &env.metrics);
         let start = Instant::now();
         let running = RunningPlugin::default();

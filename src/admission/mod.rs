@@ -12,6 +12,7 @@ pub(crate) mod colocation;
 pub(crate) mod colocation_profile;
 pub(crate) mod configmap;
 pub(crate) mod deadline;
+pub(crate) mod decode;
 pub mod elastic_quota;
 pub(crate) mod endpoint;
 pub(crate) mod env;
@@ -127,8 +128,14 @@ impl Admission {
             .endpoint(path)
             .ok_or_else(|| ReviewError::NotFound(path.to_owned()))?;
         let deadline = Deadline::starting_now(api_timeout);
+        let shape = BodyShape::of(body);
         Ok(endpoint
-            .review(body, BodyShape::of(body), &self.env, deadline)
+            .review(
+                bytes::Bytes::copy_from_slice(body),
+                shape,
+                &self.env,
+                deadline,
+            )
             .await?)
     }
 
@@ -145,7 +152,7 @@ impl Admission {
     pub async fn review_at(
         &self,
         id: EndpointId,
-        body: &[u8],
+        body: bytes::Bytes,
         shape: BodyShape,
         deadline: Deadline,
     ) -> Result<Vec<u8>, NoVerdict> {

@@ -393,7 +393,12 @@ async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
     // The blocking plugin outlives the 100 ms budget: the next one never runs.
     let late = Deadline::starting_now(timeout);
     let answer = adm
-        .review_at(id, &body, crate::memory::BodyShape::of(&body), late)
+        .review_at(
+            id,
+            body.clone().into(),
+            crate::memory::BodyShape::of(&body),
+            late,
+        )
         .await;
     assert!(matches!(answer, Err(NoVerdict::TimedOut(_))), "{answer:?}");
     assert_eq!(
@@ -406,7 +411,12 @@ async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
     let arrived = tokio::time::Instant::now() - Duration::from_secs(1);
     let spent = Deadline::from(arrived, timeout);
     let answer = adm
-        .review_at(id, &body, crate::memory::BodyShape::of(&body), spent)
+        .review_at(
+            id,
+            body.clone().into(),
+            crate::memory::BodyShape::of(&body),
+            spent,
+        )
         .await;
     assert!(matches!(answer, Err(NoVerdict::TimedOut(_))), "{answer:?}");
     assert_eq!(
@@ -419,7 +429,7 @@ async fn the_deadline_covers_decoding_and_is_checked_between_plugins() {
     let answer = response(
         &adm.review_at(
             id,
-            &body,
+            body.clone().into(),
             crate::memory::BodyShape::of(&body),
             Deadline::starting_now(Some(Duration::from_secs(5))),
         )

@@ -140,7 +140,7 @@ pub async fn handle(
 
     let review = shared
         .admission
-        .review_at(endpoint, &body, shape, deadline_at);
+        .review_at(endpoint, body.freeze(), shape, deadline_at);
     match crate::admission::caller::answering_for(from, review).await {
         Ok(response) => match HeldAnswer::take(response, &shared.body_budget, from) {
             Ok(answer) => HttpResponse::Ok()
