@@ -1,7 +1,9 @@
 //! The ElasticQuota ledger's record in the cluster: one ConfigMap in the operator's namespace, one
 //! data key per ledger key (`t.<tree>`, `n.<namespace>`, and `last-change`, the key replicas before
-//! keyed ledgers read), each naming the last admitted change. Writes carry the resourceVersion
-//! read, so of two replicas writing after the same read only one succeeds.
+//! keyed ledgers read), each naming the last admitted change, and [`PROVEN_KEY`], the callers
+//! proven to be the API server (a JSON list: not a change, so replicas before it leave it out).
+//! Writes carry the resourceVersion read, so of two replicas writing after the same read only one
+//! succeeds.
 
 use std::collections::BTreeMap;
 
@@ -12,9 +14,12 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 use super::errors::store_error;
 use crate::admission::ports::StoreError;
-use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange};
+use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange, ProvenCallers};
 use crate::names::{FIELD_MANAGER, QUOTA_LEDGER};
 use crate::names::{app_labels, namespace};
+
+/// The data key of the proven callers: no ledger key starts with `p`.
+const PROVEN_KEY: &str = "proven-callers";
 
 pub struct KubeLedgerStore {
     pub client: Client,
@@ -69,16 +74,21 @@ impl LedgerStore for KubeLedgerStore {
                     self.api().get(QUOTA_LEDGER).await.map_err(store_error)?
                 }
             };
+            let mut data = config_map.data.unwrap_or_default();
+            // Proof that does not parse is left out: replicas learn it again.
+            let proven = data
+                .remove(PROVEN_KEY)
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default();
             // An entry that does not parse is left out: it names no change anyone waits for.
-            let last = config_map
-                .data
-                .unwrap_or_default()
+            let last = data
                 .into_iter()
                 .filter_map(|(key, text)| Some((key, serde_json::from_str(&text).ok()?)))
                 .collect();
             Ok(LedgerRecord {
                 version: config_map.metadata.resource_version.unwrap_or_default(),
                 last,
+                proven,
             })
         })
     }
@@ -87,13 +97,19 @@ impl LedgerStore for KubeLedgerStore {
         &'a self,
         version: &'a str,
         last: &'a BTreeMap<String, PendingChange>,
+        proven: &'a ProvenCallers,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
-            let data = last
+            let mut data: BTreeMap<String, String> = last
                 .iter()
                 .map(|(key, change)| Ok((key.clone(), serde_json::to_string(change)?)))
                 .collect::<Result<_, serde_json::Error>>()
                 .map_err(|e| StoreError::Other(e.to_string()))?;
+            if !proven.is_empty() {
+                let text =
+                    serde_json::to_string(proven).map_err(|e| StoreError::Other(e.to_string()))?;
+                data.insert(PROVEN_KEY.to_owned(), text);
+            }
             let config_map = record(Some(version), Some(data));
             self.api()
                 .replace(QUOTA_LEDGER, &crate::names::post_params(), &config_map)
@@ -137,6 +153,7 @@ mod tests {
             BTreeMap::from([
                 ("t.q".to_owned(), serde_json::to_string(c).unwrap()),
                 ("t.bad".to_owned(), "{not json".to_owned()),
+                (PROVEN_KEY.to_owned(), r#"["10.0.0.1"]"#.to_owned()),
             ])
         });
         let mut config_map = serde_json::to_value(record(Some(version), data)).unwrap();
@@ -187,18 +204,22 @@ mod tests {
             ),
         ]);
         let store = KubeLedgerStore { client };
-        assert_eq!(store.write("1", &entries()).await.unwrap(), "2");
+        let proven: ProvenCallers = vec!["10.0.0.1".to_owned()];
+        assert_eq!(store.write("1", &entries(), &proven).await.unwrap(), "2");
         assert_eq!(
-            store.write("1", &entries()).await,
+            store.write("1", &entries(), &proven).await,
             Err(StoreError::Conflict)
         );
-        // An entry that does not parse is left out.
-        assert_eq!(store.read().await.unwrap().last, entries());
+        // An entry that does not parse is left out; the proven callers are not an entry.
+        let read = store.read().await.unwrap();
+        assert_eq!(read.last, entries());
+        assert_eq!(read.proven, proven);
         drop(store);
         let seen = server.await.unwrap();
         assert_eq!(seen[0].body["metadata"]["resourceVersion"], "1");
         let written: PendingChange =
             serde_json::from_str(seen[0].body["data"]["t.q"].as_str().unwrap()).unwrap();
         assert_eq!(written, change());
+        assert_eq!(seen[0].body["data"][PROVEN_KEY], r#"["10.0.0.1"]"#);
     }
 }

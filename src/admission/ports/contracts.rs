@@ -83,22 +83,31 @@ pub enum ChangeKind {
 }
 
 /// The record: the last admitted change per key (a quota tree, a bound namespace; and the
-/// record's one key older replicas read), and the version a conditional write must name.
+/// record's one key older replicas read), the callers proven to be the API server, and the version
+/// a conditional write must name.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LedgerRecord {
     pub version: String,
     pub last: std::collections::BTreeMap<String, PendingChange>,
+    /// The addresses some replica has seen a CREATE of show with the uid its review carried
+    /// (`ledger/callers.rs`): what every replica reading the record then knows the API server by.
+    pub proven: ProvenCallers,
 }
+
+/// Callers proven to be the API server, as the record keeps them: the oldest proof first.
+pub type ProvenCallers = Vec<String>;
 
 /// Where the record lives: a ConfigMap in cluster mode, memory in tests.
 pub trait LedgerStore: Send + Sync {
     fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>>;
-    /// Replaces the record's entries with `last` if its version is still `version`
-    /// ([`StoreError::Conflict`] otherwise); returns the record's new version.
+    /// Replaces the record's entries with `last` and its proven callers with `proven` if its
+    /// version is still `version` ([`StoreError::Conflict`] otherwise); returns the record's new
+    /// version.
     fn write<'a>(
         &'a self,
         version: &'a str,
         last: &'a std::collections::BTreeMap<String, PendingChange>,
+        proven: &'a ProvenCallers,
     ) -> BoxFuture<'a, Result<String, StoreError>>;
 }
 

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
 
-use super::contracts::{Dice, LedgerRecord, LedgerStore, PendingChange, QuotaStore, StoreError};
+use super::contracts::{
+    Dice, LedgerRecord, LedgerStore, PendingChange, ProvenCallers, QuotaStore, StoreError,
+};
 use crate::apis::ElasticQuota;
 
 /// An in-memory store with resourceVersion checks, for tests and benchmarks.
@@ -99,15 +101,16 @@ impl QuotaStore for MemoryQuotaStore {
 /// The record in memory, with versions, for tests.
 #[derive(Default)]
 pub struct MemoryLedgerStore {
-    record: std::sync::Mutex<(u64, BTreeMap<String, PendingChange>)>,
+    record: std::sync::Mutex<(u64, BTreeMap<String, PendingChange>, ProvenCallers)>,
 }
 
 impl LedgerStore for MemoryLedgerStore {
     fn read(&self) -> BoxFuture<'_, Result<LedgerRecord, StoreError>> {
-        let (version, last) = self.record.lock().unwrap().clone();
+        let (version, last, proven) = self.record.lock().unwrap().clone();
         Box::pin(std::future::ready(Ok(LedgerRecord {
             version: version.to_string(),
             last,
+            proven,
         })))
     }
 
@@ -115,10 +118,11 @@ impl LedgerStore for MemoryLedgerStore {
         &'a self,
         version: &'a str,
         last: &'a BTreeMap<String, PendingChange>,
+        proven: &'a ProvenCallers,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         let mut record = self.record.lock().unwrap();
         let result = if record.0.to_string() == version {
-            *record = (record.0 + 1, last.clone());
+            *record = (record.0 + 1, last.clone(), proven.clone());
             Ok(record.0.to_string())
         } else {
             Err(StoreError::Conflict)

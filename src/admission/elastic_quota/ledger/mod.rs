@@ -43,8 +43,10 @@
 //! both pass. Queued changes are written caller by caller in turn (`in_turn`, the server says who
 //! called: `admission/caller.rs`), so one caller's backlog cannot starve another's change. A request
 //! gets a retryable denial (429), never a wrong admission, only when changes under its keys kept
-//! being recorded ahead of it for [`GIVE_UP`]; and a caller none of whose changes ever shows is,
-//! after a few, not waited for at all (`callers.rs`).
+//! being recorded ahead of it for [`GIVE_UP`]; a caller none of whose changes ever shows is, after
+//! a few, not waited for at all; and once a CREATE of the API server's has shown with the uid its
+//! review carried, its address is written into the record and no replica records a change of any
+//! caller nothing is known of (`callers.rs`).
 //! Dry runs change nothing and skip the ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -155,6 +157,8 @@ struct Queued {
 #[derive(Debug)]
 enum Verdict {
     Recorded,
+    /// Its caller is not the API server's, which the record now names: checked, not recorded.
+    Unrecorded,
     /// A change under one of its keys was recorded since it was checked: wait for it, check again.
     Stale,
     Failed(String),
@@ -192,11 +196,13 @@ impl Ledger {
             return check();
         }
         let caller = crate::admission::caller::current().map(|ip| ip.to_string());
-        if self.inner.sightings.callers.distrusted(caller.as_deref()) {
-            // None of this caller's changes ever showed: checked against the cache, neither waiting
-            // nor recorded (so a forger's stream stops writing the record), and watched like a
-            // recorded one: if it shows, its caller is no longer distrusted.
+        if self.inner.sightings.callers.unrecorded(caller.as_deref()) {
+            // None of this caller's changes ever showed, or the API server is known and this is
+            // not it: checked against the cache, neither waiting nor recorded (so a forger's stream
+            // never writes the record), and watched like a recorded one: if it shows, its caller
+            // is no longer distrusted, and a CREATE of it that shows proves it.
             self.inner.sightings.judge_pending(cache);
+            self.inner.publish_if_proven();
             let applied = check()?;
             self.inner
                 .sightings
@@ -210,6 +216,7 @@ impl Ledger {
             let snapshot = self.inner.snapshot().await.map_err(|e| unavailable(&e))?;
             let record = &snapshot.record;
             self.inner.sightings.judge_pending(cache);
+            self.inner.publish_if_proven();
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
                 let first_seen = self.inner.sightings.first_seen(last);
@@ -271,7 +278,7 @@ impl Ledger {
             self.inner.enqueue(queued);
             tokio::spawn(self.inner.clone().flush());
             match verdict.await {
-                Ok(Verdict::Recorded) => {
+                Ok(Verdict::Recorded | Verdict::Unrecorded) => {
                     // Seen as recorded, with its caller: judged like any other.
                     self.inner
                         .sightings
@@ -302,6 +309,7 @@ impl Inner {
         }
         if let Ok(record) = self.call(self.store.read()).await {
             self.sightings.saw_record(&record);
+            self.sightings.callers.adopt(&record.proven);
         }
     }
 
@@ -329,6 +337,7 @@ impl Inner {
         );
         // Seen now, whoever waits for them later: a change's wait counts from here.
         self.sightings.saw_record(&record);
+        self.sightings.callers.adopt(&record.proven);
         *known = Known {
             record: Some(record.clone()),
             epoch: known.epoch + 1,
@@ -379,7 +388,14 @@ impl Inner {
             };
             let mut batch: Vec<Queued> = Vec::new();
             let mut taken = BTreeSet::new();
-            for q in queued {
+            // The record read may name the API server since the change was checked.
+            let (unrecorded, recorded): (Vec<Queued>, Vec<Queued>) =
+                std::mem::take(&mut queued).into_iter().partition(|q| {
+                    let caller = q.caller.map(|ip| ip.to_string());
+                    self.sightings.callers.unrecorded(caller.as_deref())
+                });
+            reply_all(unrecorded, || Verdict::Unrecorded);
+            for q in recorded {
                 let fits = taken.len() + q.keys.len() <= BATCH_KEYS || batch.is_empty();
                 // Only a distrusted caller's entry leaves a checked change valid: one written over
                 // any other may have displaced a real change this one never saw (an outside
@@ -425,7 +441,11 @@ impl Inner {
                     |k| stored.holds(k),
                 )
             };
-            match self.call(self.store.write(&record.version, &next)).await {
+            let proven = self.sightings.callers.proven_with(&record.proven);
+            match self
+                .call(self.store.write(&record.version, &next, &proven))
+                .await
+            {
                 Ok(version) => {
                     known.writes += 1;
                     let writes = known.writes;
@@ -436,6 +456,7 @@ impl Inner {
                     known.record = Some(Arc::new(LedgerRecord {
                         version,
                         last: next,
+                        proven,
                     }));
                     self.note_won(&batch);
                     return reply_all(batch, || Verdict::Recorded);
@@ -455,6 +476,61 @@ impl Inner {
             }
         }
         reply_all(queued, || Verdict::Stale);
+    }
+
+    /// Once a caller is proven here, writes it into the record (its entries unchanged) unless
+    /// the record names it already, in the background: every replica then stops recording changes
+    /// from callers nothing is known of.
+    fn publish_if_proven(self: &Arc<Self>) {
+        if self.sightings.callers.take_unpublished() {
+            tokio::spawn(self.clone().publish_proof());
+        }
+    }
+
+    async fn publish_proof(self: Arc<Self>) {
+        let mut known = self.known.lock().await;
+        for _ in 0..FLUSH_ATTEMPTS {
+            let record = match &known.record {
+                Some(record) => record.clone(),
+                None => match self.reread(&mut known).await {
+                    Ok(record) => record,
+                    Err(_) => return,
+                },
+            };
+            let proven = self.sightings.callers.proven_with(&record.proven);
+            if proven == record.proven {
+                return;
+            }
+            match self
+                .call(self.store.write(&record.version, &record.last, &proven))
+                .await
+            {
+                Ok(version) => {
+                    // A write of this replica's that moved no key.
+                    known.writes += 1;
+                    let writes = known.writes;
+                    known.recent.push_back((writes, BTreeSet::new()));
+                    if known.recent.len() > RECENT_WRITES {
+                        known.recent.pop_front();
+                    }
+                    known.record = Some(Arc::new(LedgerRecord {
+                        version,
+                        last: record.last.clone(),
+                        proven,
+                    }));
+                    return;
+                }
+                Err(StoreError::Conflict) => {
+                    if self.reread(&mut known).await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    known.record = None;
+                    return;
+                }
+            }
+        }
     }
 
     fn note_won(&self, batch: &[Queued]) {

@@ -3,8 +3,8 @@
 
 use super::keys::key;
 use super::*;
-use crate::admission::ports::LedgerRecord;
 use crate::admission::ports::memory::MemoryLedgerStore;
+use crate::admission::ports::{LedgerRecord, ProvenCallers};
 use crate::apis::ElasticQuota;
 use crate::cache::quota_topology::QuotaTopology;
 use crate::cache::{CacheWriter, CachedObject};
@@ -109,6 +109,7 @@ impl LedgerStore for OtherWritesFirst {
         &'a self,
         version: &'a str,
         last: &'a BTreeMap<String, PendingChange>,
+        proven: &'a ProvenCallers,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         if let Some((key, change)) = self.other.lock().unwrap().take() {
             use futures::FutureExt;
@@ -116,10 +117,12 @@ impl LedgerStore for OtherWritesFirst {
             let mut record = self.inner.read().now_or_never().unwrap().unwrap();
             let at = jiff::Timestamp::now().as_second();
             record.last.insert(key, PendingChange { at, ..change });
-            let write = self.inner.write(&record.version, &record.last);
+            let write = self
+                .inner
+                .write(&record.version, &record.last, &record.proven);
             write.now_or_never().unwrap().unwrap();
         }
-        self.inner.write(version, last)
+        self.inner.write(version, last, proven)
     }
 }
 
@@ -211,12 +214,13 @@ async fn concurrent_changes_in_different_trees_share_writes() {
             &'a self,
             version: &'a str,
             last: &'a BTreeMap<String, PendingChange>,
+            proven: &'a ProvenCallers,
         ) -> BoxFuture<'a, Result<String, StoreError>> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Box::pin(async move {
                 // A write takes a while, as a round trip to the API server does.
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                self.0.write(version, last).await
+                self.0.write(version, last, proven).await
             })
         }
     }
@@ -314,7 +318,7 @@ async fn a_change_an_older_replica_recorded_is_waited_for_by_every_key() {
     let store = Arc::new(MemoryLedgerStore::default());
     // An older replica writes the whole-record key only.
     let old = BTreeMap::from([(WHOLE_RECORD.to_owned(), create("1", "old"))]);
-    store.write("0", &old).await.unwrap();
+    store.write("0", &old, &Default::default()).await.unwrap();
     let started = Instant::now();
     Ledger::new(store.clone())
         .admit(create("2", "new"), tree("x"), &cache, || Ok(()))
