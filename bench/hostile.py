@@ -19,7 +19,10 @@ The attacks:
 - trickle: four loopback addresses each send 4 MiB of an 8 MiB body and then a byte every 1.5 s,
   while another address posts an ordinary review every 100 ms for 10 s (its answers counted);
 - handshakes: eight loopback addresses each open 256 connections that send nothing, while another
-  measures its own TLS handshakes (median of 20).
+  measures its own TLS handshakes (median of 20);
+- large decodes beside: one address keeps eight 3 MiB pods of labels (the costliest decode per
+  byte) in /mutate-pod at once for 10 s, while another opens a new connection and sends a small
+  review every 250 ms: the time to its answer (handshake included), and any it did not get.
 """
 import argparse
 import json
@@ -292,6 +295,57 @@ def attack_handshakes(server):
     return f"handshake median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
 
 
+def label_pod(size):
+    labels = {f"k{i:07}": f"v{i:07}" for i in range(size // 24)}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "default", "labels": labels},
+           "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    return review("Pod", "pods", "", "CREATE", pod)
+
+
+def attack_large_decodes_beside(server):
+    stop = threading.Event()
+    large = request("/mutate-pod", label_pod(3 << 20))
+    small = request("/validate-pod", review("Pod", "pods", "", "CREATE", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "s", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+
+    def decoder():
+        while not stop.is_set():
+            try:
+                s = connect("127.0.0.1")
+                s.sendall(large)
+                status_of(s)
+                s.close()
+            except OSError:
+                time.sleep(0.05)
+    threads = [threading.Thread(target=decoder) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    times, lost = [], 0
+    for _ in range(40):
+        started = time.time()
+        try:
+            s = connect("127.0.0.40")
+            s.sendall(small)
+            if status_of(s) == "200":
+                times.append(time.time() - started)
+            else:
+                lost += 1
+            s.close()
+        except OSError:
+            lost += 1
+        time.sleep(0.25)
+    stop.set()
+    for t in threads:
+        t.join()
+    if not times:
+        return "another address: none of 40 answered"
+    return (f"another address, new connection + small review: median {statistics.median(times) * 1000:.0f} ms, "
+            f"max {max(times) * 1000:.0f} ms, {lost} of 40 not answered")
+
+
 def attack_half_heads(server, pipelined=False, addresses=8, head=127 << 10):
     """Each address opens as many connections as it is let (its cap, 256 by default), has one
     request answered on each, then sends most of a second request head and stops: kept-alive
@@ -349,6 +403,7 @@ CASES = [
     ("unread-denials 90 x 4 MiB", attack_unread_denials),
     ("trickle, 4 addresses", attack_trickle),
     ("handshakes, 8 addresses", attack_handshakes),
+    ("large decodes beside, 8 x 3 MiB", attack_large_decodes_beside),
     ("half-heads kept-alive, 8 addresses x 256", attack_half_heads),
     ("half-heads pipelined, 8 addresses x 256", lambda s: attack_half_heads(s, pipelined=True)),
 ]

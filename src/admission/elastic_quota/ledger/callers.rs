@@ -41,8 +41,6 @@ pub enum Trust {
 #[derive(Default)]
 pub struct Callers {
     by_address: Mutex<HashMap<String, Counts>>,
-    /// Whether some caller has proven itself the API server (never forgotten: see `judge`).
-    someone_proven: AtomicBool,
     /// A caller proven here that the record may not name yet.
     unpublished: AtomicBool,
 }
@@ -52,6 +50,8 @@ struct Counts {
     proven: u32,
     shown: u32,
     never_shown: u32,
+    /// Changes that never showed since the last that did.
+    never_shown_run: u32,
 }
 
 /// What became of a recorded change a replica looked at while it was pending.
@@ -81,10 +81,16 @@ impl Callers {
                 }
                 counts.proven = counts.proven.saturating_add(1);
                 counts.shown = counts.shown.saturating_add(1);
-                self.someone_proven.store(true, Ordering::Relaxed);
+                counts.never_shown_run = 0;
             }
-            Sighting::Shown => counts.shown = counts.shown.saturating_add(1),
-            Sighting::NeverShown => counts.never_shown = counts.never_shown.saturating_add(1),
+            Sighting::Shown => {
+                counts.shown = counts.shown.saturating_add(1);
+                counts.never_shown_run = 0;
+            }
+            Sighting::NeverShown => {
+                counts.never_shown = counts.never_shown.saturating_add(1);
+                counts.never_shown_run = counts.never_shown_run.saturating_add(1);
+            }
         }
     }
 
@@ -98,23 +104,22 @@ impl Callers {
             let counts = by.entry(caller.clone()).or_default();
             counts.proven = counts.proven.max(1);
         }
-        self.someone_proven.store(true, Ordering::Relaxed);
     }
 
-    /// The record's proven callers with those proven here that it lacks added last; past
-    /// [`MAX_PROVEN`], the oldest proofs leave (an API server that moved addresses long ago).
+    /// The record's proven callers with those proven here that it lacks added last, up to
+    /// [`MAX_PROVEN`]: a proof never leaves the record (dropping the oldest would let proofs that
+    /// came later, forged or not, push out the API server's).
     pub fn proven_with(&self, record: &ProvenCallers) -> ProvenCallers {
         let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        let mut all = record.clone();
         let mut mine: Vec<&String> = by
             .iter()
             .filter(|(caller, c)| c.proven > 0 && !record.contains(caller))
             .map(|(caller, _)| caller)
             .collect();
         mine.sort();
-        all.extend(mine.into_iter().cloned());
-        let over = all.len().saturating_sub(MAX_PROVEN);
-        all.drain(..over);
+        let room = MAX_PROVEN.saturating_sub(record.len());
+        let mut all = record.clone();
+        all.extend(mine.into_iter().take(room).cloned());
         all
     }
 
@@ -123,21 +128,38 @@ impl Callers {
         self.unpublished.swap(false, Ordering::Relaxed)
     }
 
+    /// Whether a trusted caller's last [`STRIKES`] changes all never showed: its entries are then
+    /// waited for no longer than an unknown caller's past a request's wait (the API server's
+    /// changes denied by a later webhook, or a caller whose proof was forged, cannot hold keys for
+    /// long again and again).
+    pub fn failing_lately(&self, caller: Option<&str>) -> bool {
+        let Some(caller) = caller else { return false };
+        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+        by.get(caller).is_some_and(|c| c.proven > 0 && !c.good())
+    }
+
     /// Whether changes of `caller` are no longer waited for.
     pub fn distrusted(&self, caller: Option<&str>) -> bool {
         self.trust(caller) == Trust::Distrusted
     }
 
     /// Whether a change of `caller` is checked against the cache without being recorded: the
-    /// caller is distrusted, or nothing is known of it while another caller has proven itself the
-    /// API server. A change without a caller (no server in front: the `review` command) is
-    /// recorded.
+    /// caller is distrusted; or nothing is known of it, or it is proven but failing lately, while
+    /// another caller is proven and not failing (the API server, as it calls). A change without a
+    /// caller (no server in front: the `review` command) is recorded. So a caller that proved
+    /// itself by a forgery (`tests/proof.rs`) stops holding keys once five of its changes have not
+    /// shown, and the API server, alone and failing lately (a later webhook denying its quota
+    /// changes), is still recorded.
     pub fn unrecorded(&self, caller: Option<&str>) -> bool {
-        match self.trust(caller) {
-            Trust::Trusted => false,
-            Trust::Distrusted => true,
-            Trust::Unknown => caller.is_some() && self.someone_proven.load(Ordering::Relaxed),
+        let Some(caller) = caller else {
+            return false;
+        };
+        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
+        let counts = by.get(caller).copied().unwrap_or_default();
+        if counts.distrusted() {
+            return true;
         }
+        !counts.good() && by.iter().any(|(other, c)| other != caller && c.good())
     }
 
     /// What is known of `caller`: a CREATE of its proven (the API server's), [`STRIKES`] changes
@@ -149,15 +171,54 @@ impl Callers {
         let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
         match by.get(caller) {
             Some(c) if c.proven > 0 => Trust::Trusted,
-            Some(c) if c.never_shown >= STRIKES && c.shown == 0 => Trust::Distrusted,
+            Some(c) if c.distrusted() => Trust::Distrusted,
             _ => Trust::Unknown,
         }
+    }
+}
+
+impl Counts {
+    fn distrusted(&self) -> bool {
+        self.proven == 0 && self.never_shown >= STRIKES && self.shown == 0
+    }
+
+    /// Proven, and its changes not failing lately.
+    fn good(&self) -> bool {
+        self.proven > 0 && self.never_shown_run < STRIKES
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trusted_caller_whose_changes_stop_showing_is_failing_lately_until_one_shows() {
+        let callers = Callers::default();
+        callers.judge(Some("10.0.0.1"), Sighting::Proven);
+        for _ in 0..STRIKES - 1 {
+            callers.judge(Some("10.0.0.1"), Sighting::NeverShown);
+        }
+        assert!(!callers.failing_lately(Some("10.0.0.1")));
+        callers.judge(Some("10.0.0.1"), Sighting::NeverShown);
+        assert!(callers.failing_lately(Some("10.0.0.1")));
+        assert_eq!(
+            callers.trust(Some("10.0.0.1")),
+            Trust::Trusted,
+            "still trusted"
+        );
+        assert!(
+            !callers.unrecorded(Some("10.0.0.1")),
+            "alone, still recorded"
+        );
+        // Beside another proven caller whose changes show, a failing one is not recorded.
+        callers.judge(Some("10.0.0.2"), Sighting::Proven);
+        assert!(callers.unrecorded(Some("10.0.0.1")));
+        assert!(!callers.unrecorded(Some("10.0.0.2")));
+        callers.judge(Some("10.0.0.1"), Sighting::Shown);
+        assert!(!callers.failing_lately(Some("10.0.0.1")));
+        assert!(!callers.unrecorded(Some("10.0.0.1")));
+    }
 
     #[test]
     fn before_any_proof_every_caller_not_distrusted_is_recorded() {
@@ -193,13 +254,16 @@ mod tests {
             !there.take_unpublished(),
             "an adopted proof is not published again"
         );
-        // The record keeps the latest MAX_PROVEN proofs, the oldest first.
-        let mut record: ProvenCallers = (0..MAX_PROVEN).map(|i| format!("10.9.0.{i}")).collect();
+        // A proof never leaves the record: once it holds MAX_PROVEN, later ones are not added
+        // (so proofs that come later cannot push out the API server's, the oldest).
+        let mut record: ProvenCallers =
+            (0..MAX_PROVEN - 1).map(|i| format!("10.9.0.{i}")).collect();
         record = here.proven_with(&record);
         assert_eq!(record.len(), MAX_PROVEN);
         assert_eq!(record.last().map(String::as_str), Some("10.0.0.1"));
-        assert_eq!(record[0], "10.9.0.1");
-        assert_eq!(here.proven_with(&record), record, "nothing new: unchanged");
+        here.judge(Some("10.0.0.2"), Sighting::Proven);
+        assert_eq!(here.proven_with(&record), record, "full: unchanged");
+        assert_eq!(record[0], "10.9.0.0");
     }
 
     #[test]

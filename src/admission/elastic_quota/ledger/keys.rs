@@ -162,12 +162,17 @@ pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
 }
 
 /// Whether `change` has reached the cache and whether it is proven ([`proven_by`]): one lookup.
-pub fn shown_and_proven(change: &PendingChange, cache: &Cache) -> (bool, bool) {
+/// `None` while the cache has not listed ElasticQuotas yet: a quota missing from it then says
+/// nothing (a forged CREATE replaying an existing quota's uid would seem pending, then proven).
+pub fn shown_and_proven(change: &PendingChange, cache: &Cache) -> Option<(bool, bool)> {
+    if !cache.elastic_quotas.is_ready() {
+        return None;
+    }
     let current = cache
         .elastic_quotas
         .get(Some(&change.namespace), &change.name);
     let current = current.as_deref();
-    (shown_in(change, current), proven_by(change, current))
+    Some((shown_in(change, current), proven_by(change, current)))
 }
 
 fn shown_in(change: &PendingChange, current: Option<&ElasticQuota>) -> bool {

@@ -232,8 +232,14 @@ impl Ledger {
                 // checked, so it is checked again against a cache that holds it. For as long
                 // again if its caller's changes have shown before (the API server's), WINNER_WAIT
                 // if nothing is known of its caller yet.
+                let failing = || {
+                    self.inner
+                        .sightings
+                        .callers
+                        .failing_lately(last.caller.as_deref())
+                };
                 let winner_wait = match trust {
-                    Trust::Trusted => MAX_WAIT,
+                    Trust::Trusted if !failing() => MAX_WAIT,
                     _ => WINNER_WAIT,
                 };
                 let waits = |first_seen: Instant| {

@@ -110,7 +110,9 @@ impl Sightings {
     /// one earns its caller nothing.
     pub(super) fn seen_own(&self, change: &PendingChange, cache: &Cache) {
         self.first_seen(change);
-        if visible(change, cache) {
+        // Before the cache has listed quotas, a change missing from it is not pending: it may be
+        // a forged CREATE replaying an existing quota's uid.
+        if !cache.elastic_quotas.is_ready() || visible(change, cache) {
             return;
         }
         if let Some(s) = self
@@ -142,7 +144,7 @@ impl Sightings {
                 .filter_map(|s| {
                     let change = s.change.as_ref()?;
                     let caller = change.caller.clone();
-                    let now = shown_and_proven(change, cache);
+                    let now = shown_and_proven(change, cache)?;
                     Some((caller, look(s, now)??))
                 })
                 .collect()
@@ -158,7 +160,10 @@ impl Sightings {
     /// (a DELETE of nothing, a CREATE of a name that exists: what the API server cannot store as
     /// sent) earns nothing, so a forger cannot buy trust with such changes.
     pub(super) fn sight(&self, change: &PendingChange, cache: &Cache) {
-        let now = shown_and_proven(change, cache);
+        // Nothing is judged against a cache that has not listed quotas yet.
+        let Some(now) = shown_and_proven(change, cache) else {
+            return;
+        };
         let verdict = {
             let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             let Some(s) = seen.get_mut(&change.id) else {

@@ -42,7 +42,7 @@ async fn judge(ledger: &Ledger, cache: &Cache) {
 /// The real tree rules accept the forged update: `check_update` never reads resourceVersions.
 #[test]
 fn the_tree_rules_accept_an_update_with_a_stale_resource_version() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     writer.apply(CachedObject::ElasticQuota(quota("victim", "1")));
     let old = quota("victim", "stale");
@@ -67,7 +67,7 @@ fn the_tree_rules_accept_an_update_with_a_stale_resource_version() {
 /// distrusted forger its trust back.
 #[tokio::test(start_paused = true)]
 async fn attack_a_forger_buys_trust_with_one_update_already_in_the_cache() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     writer.apply(CachedObject::ElasticQuota(quota("victim", "1")));
     let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
@@ -109,7 +109,7 @@ async fn flood_against_reals(
     buy: bool,
     latency: ((u64, u64), (u64, u64)),
 ) -> (Vec<(Result<(), u16>, Duration)>, Trust) {
-    let writer = Mutex::new(CacheWriter::default());
+    let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     writer
         .lock()
@@ -134,22 +134,11 @@ async fn flood_against_reals(
         judge(&b, &cache).await;
     }
     let until = Instant::now() + Duration::from_secs(36);
-    let forgers = (0..8).map(|c| {
-        let (a, cache) = (&a, &cache);
-        answering_for(ip(forger), async move {
-            let mut n = 0;
-            while Instant::now() < until {
-                n += 1;
-                let id = format!("f{c}-{n}");
-                let _ = a
-                    .admit(stale_update(&id, "victim"), tree("t"), cache, || Ok(()))
-                    .await;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
+    let forgers = flood(&a, &cache, ip(forger), 8, until, |id| {
+        stale_update(id, "victim")
     });
     let reals = real_changes(&b, &writer, &cache, 8);
-    let (took, _) = futures::join!(reals, futures::future::join_all(forgers));
+    let (took, _) = futures::join!(reals, forgers);
     (took, trust(&b, forger))
 }
 
@@ -198,7 +187,7 @@ async fn sibling_race(
     buy_on_b: bool,
     api_known_on_b: bool,
 ) -> (Result<(), u16>, Result<(), u16>) {
-    let writer = Mutex::new(CacheWriter::default());
+    let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     writer
         .lock()
@@ -233,19 +222,8 @@ async fn sibling_race(
     };
     assert_eq!(trust(&b, API_SERVER), expected);
     let until = Instant::now() + Duration::from_millis(r1_at + 12_000);
-    let forgers = (0..flood).map(|c| {
-        let (b, cache) = (&b, &cache);
-        answering_for(ip(forger), async move {
-            let mut n = 0;
-            while Instant::now() < until {
-                n += 1;
-                let id = format!("f{c}-{n}");
-                let _ = b
-                    .admit(stale_update(&id, "victim"), tree("t"), cache, || Ok(()))
-                    .await;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
+    let forgers = super::flood(&b, &cache, ip(forger), flood, until, |id| {
+        stale_update(id, "victim")
     });
     let sibling = |ledger: &'static str, me: &'static str, other: &'static str| {
         let ledger = if ledger == "a" { &a } else { &b };
@@ -292,7 +270,7 @@ async fn sibling_race(
         let (_, r2) = futures::join!(store_r1, r2);
         (r1, r2)
     };
-    let ((r1, r2), _) = futures::join!(races, futures::future::join_all(forgers));
+    let ((r1, r2), _) = futures::join!(races, forgers);
     (r1, r2)
 }
 
@@ -337,7 +315,7 @@ async fn failed_attack_the_flood_at_equal_latencies() {
 /// writes, the API server's next real change of it): its caller is then Trusted.
 #[tokio::test(start_paused = true)]
 async fn attack_a_forger_buys_trust_with_an_update_someone_else_makes_show() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     writer.apply(CachedObject::ElasticQuota(quota("busy", "1")));
     let store = Arc::new(MemoryLedgerStore::default());
@@ -383,7 +361,7 @@ async fn attack_a_forger_buys_trust_with_an_update_someone_else_makes_show() {
 /// stale UPDATE; trusted callers are never forgotten, so the map grows with every address.
 #[tokio::test(start_paused = true)]
 async fn attack_trusted_forger_addresses_grow_the_callers_map_without_bound() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     writer.apply(CachedObject::ElasticQuota(quota("victim", "1")));
     let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
@@ -432,7 +410,7 @@ fn mixed_race(
         .build()
         .unwrap();
     runtime.block_on(async {
-        let writer = Mutex::new(CacheWriter::default());
+        let writer = Mutex::new(listed());
         let cache = writer.lock().unwrap().reader();
         for name in ["victim", "busy"] {
             writer
@@ -486,28 +464,8 @@ fn mixed_race(
             });
         let real = |side: bool, delay: u64| {
             let ledger = if side { &one } else { &two };
-            let (writer, cache) = (&writer, cache.clone());
-            let (me, other) = if side { ("r1", "r2") } else { ("r2", "r1") };
-            answering_for(ip(API_SERVER), async move {
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                let outcome = ledger
-                    .admit(create(me, me), tree("t"), &cache, || {
-                        if visible(&create(other, other), &cache) {
-                            Err(Rejection::invalid("min sum exceeds the parent"))
-                        } else {
-                            Ok(())
-                        }
-                    })
-                    .await;
-                if outcome.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(stored_after)).await;
-                    writer
-                        .lock()
-                        .unwrap()
-                        .apply(CachedObject::ElasticQuota(quota(me, "9")));
-                }
-                outcome.map_err(|e| e.code)
-            })
+            let names = if side { ("r1", "r2") } else { ("r2", "r1") };
+            racing_sibling(ledger, &writer, &cache, names, delay, stored_after)
         };
         let (r1, r2, _) = futures::join!(
             real(true, start),

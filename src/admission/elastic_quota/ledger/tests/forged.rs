@@ -25,7 +25,7 @@ proptest::proptest! {
             .build()
             .unwrap();
         let (outcome, took) = runtime.block_on(async {
-            let cache = CacheWriter::default().reader();
+            let cache = listed().reader();
             let store = Arc::new(MemoryLedgerStore::default());
             let (one, two) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
             for (i, (key, after, side)) in forged.iter().enumerate() {
@@ -72,7 +72,7 @@ proptest::proptest! {
             .build()
             .unwrap();
         let outcomes = runtime.block_on(async {
-            let writer = Mutex::new(CacheWriter::default());
+            let writer = Mutex::new(listed());
             let cache = writer.lock().unwrap().reader();
             let store = Arc::new(MemoryLedgerStore::default());
             let (one, two) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
@@ -104,24 +104,8 @@ proptest::proptest! {
             });
             let real = |ledger: &'static str, delay: u64| {
                 let ledger = if ledger == "one" { &one } else { &two };
-                let (writer, cache) = (&writer, cache.clone());
-                let (me, other) = if delay == start { ("r1", "r2") } else { ("r2", "r1") };
-                crate::admission::caller::answering_for(api_server, async move {
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                    let outcome = ledger.admit(create(me, me), tree("t"), &cache, || {
-                        if visible(&create(other, other), &cache) {
-                            Err(Rejection::invalid("min sum exceeds the parent"))
-                        } else {
-                            Ok(())
-                        }
-                    }).await;
-                    if outcome.is_ok() {
-                        // The API server stores it; the watch delivers it a little later.
-                        tokio::time::sleep(Duration::from_millis(stored_after)).await;
-                        writer.lock().unwrap().apply(CachedObject::ElasticQuota(quota(me, "9")));
-                    }
-                    outcome.map_err(|e| e.code)
-                })
+                let names = if delay == start { ("r1", "r2") } else { ("r2", "r1") };
+                racing_sibling(ledger, &writer, &cache, names, delay, stored_after)
             };
             let (r1, r2, _) = futures::join!(
                 real("one", start),
@@ -195,7 +179,7 @@ impl LedgerStore for Shared {
 #[tokio::test(start_paused = true)]
 async fn one_callers_backlog_does_not_keep_anothers_change_from_being_recorded() {
     use crate::admission::caller::answering_for;
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let store = shared(&Arc::default(), (20, 20), 0);
     let ledger = Ledger::new(store.clone());
     let forger = Some("10.0.0.66".parse().unwrap());
@@ -230,7 +214,7 @@ async fn one_callers_backlog_does_not_keep_anothers_change_from_being_recorded()
 #[tokio::test(start_paused = true)]
 async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_anything() {
     use crate::admission::caller::answering_for;
-    let writer = Mutex::new(CacheWriter::default());
+    let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     let store = shared(&Arc::default(), (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
@@ -238,21 +222,7 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
     let until = Instant::now() + Duration::from_secs(60);
     // 64 connections to replica a, each sending a fresh forged change of tree t as soon as the
     // last is answered, for a minute.
-    let forgers = (0..64).map(|c| {
-        let (a, cache) = (&a, &cache);
-        answering_for(forger, async move {
-            let mut n = 0;
-            while Instant::now() < until {
-                n += 1;
-                let id = format!("f{c}-{n}");
-                let _ = a
-                    .admit(create(&id, "forged"), tree("t"), cache, || Ok(()))
-                    .await;
-                // A round trip before the next: an answer is never instant.
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-    });
+    let forgers = flood(&a, &cache, forger, 64, until, |id| create(id, "forged"));
     // And, from the same address, a DELETE of a quota that does not exist every 2 s: "shown" at
     // once, such changes must not buy the forger trust.
     let deletes = answering_for(forger, async {
@@ -270,7 +240,7 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
     });
     // A real change of tree t through replica b every 3 s, stored 20 ms after it is admitted.
     let reals = real_changes(&b, &writer, &cache, 18);
-    let (took, _, _) = futures::join!(reals, futures::future::join_all(forgers), deletes);
+    let (took, _, _) = futures::join!(reals, forgers, deletes);
     eprintln!("{took:?}");
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
     // Once replica b has waited in vain for a few of the forger's changes, it stops waiting.
@@ -291,7 +261,7 @@ async fn a_forger_racing_through_the_other_replica_stops_costing_real_changes_an
 #[tokio::test(start_paused = true)]
 async fn a_forger_with_fresh_addresses_costs_real_changes_nothing_once_the_api_server_is_known() {
     use crate::admission::caller::answering_for;
-    let writer = Mutex::new(CacheWriter::default());
+    let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     let store = shared(&Arc::default(), (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
@@ -333,29 +303,13 @@ async fn a_forger_with_fresh_addresses_costs_real_changes_nothing_once_the_api_s
 #[tokio::test(start_paused = true)]
 async fn a_replica_started_after_the_proof_knows_the_api_server_from_the_record() {
     use crate::admission::caller::answering_for;
-    let writer = Mutex::new(CacheWriter::default());
+    let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     let store = Arc::new(MemoryLedgerStore::default());
     let a = Ledger::new(store.clone());
     let api_server = Some(std::net::IpAddr::from([10, 0, 0, 1]));
     // The API server's first CREATE through replica a, stored; a looks again (its next admission).
-    answering_for(
-        api_server,
-        a.admit(create("1", "first"), tree("t"), &cache, || Ok(())),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let stored = CachedObject::ElasticQuota(quota("first", "2"));
-    writer.lock().unwrap().apply(stored);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    answering_for(
-        api_server,
-        a.admit(create("2", "second"), tree("u"), &cache, || Ok(())),
-    )
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    prove_api_server(&a, &writer, &cache, "first").await;
     assert_eq!(store.read().await.unwrap().proven, ["10.0.0.1"]);
     // Replica b starts now: a forger's change through it is admitted, and not recorded.
     let b = Ledger::new(store.clone());
@@ -385,7 +339,7 @@ async fn a_replica_started_after_the_proof_knows_the_api_server_from_the_record(
 
 #[tokio::test]
 async fn a_change_the_api_server_could_not_send_is_refused_before_the_record() {
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let store = Arc::new(MemoryLedgerStore::default());
     let ledger = Ledger::new(store.clone());
     let long = create("1", &"q".repeat(254));
@@ -423,7 +377,7 @@ fn the_changes_a_replica_has_seen_are_bounded() {
 #[tokio::test(start_paused = true)]
 async fn the_api_servers_changes_that_show_keep_it_trusted_through_denials_downstream() {
     use crate::admission::caller::answering_for;
-    let writer = Mutex::new(CacheWriter::default());
+    let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
     let api_server: Option<std::net::IpAddr> = Some("10.0.0.1".parse().unwrap());

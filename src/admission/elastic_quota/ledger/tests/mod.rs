@@ -21,6 +21,90 @@ fn quota(name: &str, version: &str) -> ElasticQuota {
     q
 }
 
+/// A cache writer whose stores have had their first list, as a replica's have once it is ready:
+/// a cache that has not listed quotas judges nothing (`keys::shown_and_proven`).
+fn listed() -> CacheWriter {
+    let writer = CacheWriter::default();
+    writer.mark_ready();
+    writer
+}
+
+/// `connections` forgers from `address`, each sending `forged(id)` of tree t through `ledger` as
+/// soon as its last is answered (1 ms later: an answer is never instant), until `until`.
+async fn flood(
+    ledger: &Ledger,
+    cache: &Cache,
+    address: Option<std::net::IpAddr>,
+    connections: usize,
+    until: Instant,
+    forged: impl Fn(&str) -> PendingChange,
+) {
+    let forged = &forged;
+    let forgers = (0..connections).map(|c| {
+        crate::admission::caller::answering_for(address, async move {
+            let mut n = 0;
+            while Instant::now() < until {
+                n += 1;
+                let change = forged(&format!("f{c}-{n}"));
+                let _ = ledger.admit(change, tree("t"), cache, || Ok(())).await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    });
+    futures::future::join_all(forgers).await;
+}
+
+/// Proves the API server (10.0.0.1) to `ledger`: its CREATE of `name` (in a tree of its own),
+/// stored 20 ms later, then another whose admission makes the replica look and publish the proof.
+async fn prove_api_server(ledger: &Ledger, writer: &Mutex<CacheWriter>, cache: &Cache, name: &str) {
+    use crate::admission::caller::answering_for;
+    let api_server = Some(std::net::IpAddr::from([10, 0, 0, 1]));
+    let first = ledger.admit(create(name, name), tree(name), cache, || Ok(()));
+    answering_for(api_server, first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let stored = CachedObject::ElasticQuota(quota(name, "2"));
+    writer.lock().unwrap().apply(stored);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let look = format!("{name}-look");
+    let second = ledger.admit(create(&look, &look), tree(&look), cache, || Ok(()));
+    answering_for(api_server, second).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// One of two real sibling CREATEs racing from the API server (10.0.0.1): `me` through `ledger`
+/// after `delay` ms, refused by the rule (400) once the cache shows `other`, stored `stored_after`
+/// ms after it is admitted.
+async fn racing_sibling(
+    ledger: &Ledger,
+    writer: &Mutex<CacheWriter>,
+    cache: &Cache,
+    (me, other): (&str, &str),
+    delay: u64,
+    stored_after: u64,
+) -> Result<(), u16> {
+    let api_server = Some(std::net::IpAddr::from([10, 0, 0, 1]));
+    crate::admission::caller::answering_for(api_server, async move {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let outcome = ledger
+            .admit(create(me, me), tree("t"), cache, || {
+                if visible(&create(other, other), cache) {
+                    Err(Rejection::invalid("min sum exceeds the parent"))
+                } else {
+                    Ok(())
+                }
+            })
+            .await;
+        if outcome.is_ok() {
+            // The API server stores it; the watch delivers it a little later.
+            tokio::time::sleep(Duration::from_millis(stored_after)).await;
+            let stored = CachedObject::ElasticQuota(quota(me, "9"));
+            writer.lock().unwrap().apply(stored);
+        }
+        outcome.map_err(|e| e.code)
+    })
+    .await
+}
+
 /// Every change of these tests in one tree, unless a test says otherwise.
 fn tree(name: &str) -> impl Fn() -> BTreeSet<String> + use<> {
     let key = format!("t.{name}");
@@ -33,7 +117,7 @@ fn create(id: &str, name: &str) -> PendingChange {
 
 #[tokio::test(start_paused = true)]
 async fn the_next_change_waits_until_the_last_one_is_in_the_cache() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     let store = Arc::new(MemoryLedgerStore::default());
     let a = Ledger::new(store.clone());
@@ -65,7 +149,7 @@ async fn the_next_change_waits_until_the_last_one_is_in_the_cache() {
 
 #[tokio::test(start_paused = true)]
 async fn a_change_that_never_arrives_delays_the_next_one_and_refuses_none() {
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let store = Arc::new(MemoryLedgerStore::default());
     let a = Ledger::new(store.clone());
     let b = Ledger::new(store.clone());
@@ -135,7 +219,7 @@ fn other_writes_first(key: &str, change: PendingChange) -> Arc<OtherWritesFirst>
 
 #[tokio::test]
 async fn a_writer_that_lost_to_a_change_in_its_tree_checks_again() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     // The other replica's change is in the cache already: nothing to wait for but a new check.
     writer.apply(CachedObject::ElasticQuota(quota("other", "3")));
@@ -166,7 +250,7 @@ async fn a_writer_that_lost_to_a_change_in_its_tree_checks_again() {
 
 #[tokio::test(start_paused = true)]
 async fn a_writer_that_lost_to_a_change_in_another_tree_writes_again_unchecked() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     for name in ["other", "q0"] {
         writer.apply(CachedObject::ElasticQuota(quota(name, "2")));
@@ -224,7 +308,7 @@ async fn concurrent_changes_in_different_trees_share_writes() {
             })
         }
     }
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let store = Arc::new(Counting(MemoryLedgerStore::default(), 0.into()));
     let ledger = Ledger::new(store.clone());
     let admits = (0..64).map(|i| {
@@ -246,7 +330,7 @@ async fn concurrent_changes_in_different_trees_share_writes() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_changes_in_one_tree_are_written_one_by_one() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
     let checked = Mutex::new(Vec::new());
@@ -286,7 +370,7 @@ async fn concurrent_changes_in_one_tree_are_written_one_by_one() {
 
 #[tokio::test(start_paused = true)]
 async fn a_change_that_never_arrives_holds_up_only_its_own_tree() {
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let store = Arc::new(MemoryLedgerStore::default());
     let (forger, other) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
     // A forged create under tree a: never stored.
@@ -314,7 +398,7 @@ async fn a_change_that_never_arrives_holds_up_only_its_own_tree() {
 
 #[tokio::test(start_paused = true)]
 async fn a_change_an_older_replica_recorded_is_waited_for_by_every_key() {
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let store = Arc::new(MemoryLedgerStore::default());
     // An older replica writes the whole-record key only.
     let old = BTreeMap::from([(WHOLE_RECORD.to_owned(), create("1", "old"))]);
@@ -342,7 +426,7 @@ fn names_a_configmap_key_cannot_hold_are_keyed_by_digest() {
 
 #[tokio::test]
 async fn a_change_with_more_keys_than_a_write_holds_is_refused() {
-    let cache = CacheWriter::default().reader();
+    let cache = listed().reader();
     let ledger = Ledger::new(Arc::new(MemoryLedgerStore::default()));
     let many = || (0..=BATCH_KEYS).map(|i| format!("n.ns{i}")).collect();
     let denied = ledger
@@ -395,7 +479,7 @@ fn keys_name_the_trees_and_namespaces_a_change_touches() {
 
 #[test]
 fn changes_become_visible_by_kind() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     let update = change_of(
         "u",
@@ -417,4 +501,5 @@ fn changes_become_visible_by_kind() {
 
 mod attack;
 mod forged;
+mod proof;
 mod record;

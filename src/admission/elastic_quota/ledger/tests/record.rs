@@ -206,7 +206,7 @@ async fn admit_create(
 /// and a later flood pushes out none of their entries.
 #[tokio::test(start_paused = true)]
 async fn forged_creates_of_fresh_keys_do_not_refuse_changes_in_other_trees() {
-    let mut writer = CacheWriter::default();
+    let mut writer = listed();
     let cache = writer.reader();
     writer.apply(CachedObject::ElasticQuota(bound("real", None, &[])));
     let store = Arc::new(MemoryLedgerStore::default());
@@ -296,7 +296,7 @@ proptest::proptest! {
             .build()
             .unwrap();
         runtime.block_on(async move {
-            let mut writer = CacheWriter::default();
+            let mut writer = listed();
             let cache = writer.reader();
             for t in 0..STORED_TREES {
                 let namespaces = [format!("bound-{t}")];
