@@ -50,7 +50,8 @@ struct Counts {
     proven: u32,
     shown: u32,
     never_shown: u32,
-    /// Changes that never showed since the last that did.
+    /// Changes that never showed since the last proof (a change merely shown resets nothing:
+    /// anyone's forged UPDATE of a quota someone else changes shows).
     never_shown_run: u32,
 }
 
@@ -83,10 +84,7 @@ impl Callers {
                 counts.shown = counts.shown.saturating_add(1);
                 counts.never_shown_run = 0;
             }
-            Sighting::Shown => {
-                counts.shown = counts.shown.saturating_add(1);
-                counts.never_shown_run = 0;
-            }
+            Sighting::Shown => counts.shown = counts.shown.saturating_add(1),
             Sighting::NeverShown => {
                 counts.never_shown = counts.never_shown.saturating_add(1);
                 counts.never_shown_run = counts.never_shown_run.saturating_add(1);
@@ -144,12 +142,11 @@ impl Callers {
     }
 
     /// Whether a change of `caller` is checked against the cache without being recorded: the
-    /// caller is distrusted; or nothing is known of it, or it is proven but failing lately, while
-    /// another caller is proven and not failing (the API server, as it calls). A change without a
-    /// caller (no server in front: the `review` command) is recorded. So a caller that proved
-    /// itself by a forgery (`tests/proof.rs`) stops holding keys once five of its changes have not
-    /// shown, and the API server, alone and failing lately (a later webhook denying its quota
-    /// changes), is still recorded.
+    /// caller is distrusted, or nothing is known of it while a proven caller's changes show (the
+    /// API server, as it calls). A proven caller is always recorded, failing lately or not: any
+    /// tenant can make the API server's changes fail to show (no-op UPDATEs it never stores), and
+    /// unrecording it let two of its racing siblings both in (`tests/proof.rs`). A change without
+    /// a caller (no server in front: the `review` command) is recorded.
     pub fn unrecorded(&self, caller: Option<&str>) -> bool {
         let Some(caller) = caller else {
             return false;
@@ -159,7 +156,7 @@ impl Callers {
         if counts.distrusted() {
             return true;
         }
-        !counts.good() && by.iter().any(|(other, c)| other != caller && c.good())
+        counts.proven == 0 && by.values().any(Counts::good)
     }
 
     /// What is known of `caller`: a CREATE of its proven (the API server's), [`STRIKES`] changes
@@ -193,7 +190,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_trusted_caller_whose_changes_stop_showing_is_failing_lately_until_one_shows() {
+    fn a_proven_caller_whose_changes_stop_showing_is_failing_lately_until_proven_again() {
         let callers = Callers::default();
         callers.judge(Some("10.0.0.1"), Sighting::Proven);
         for _ in 0..STRIKES - 1 {
@@ -211,13 +208,16 @@ mod tests {
             !callers.unrecorded(Some("10.0.0.1")),
             "alone, still recorded"
         );
-        // Beside another proven caller whose changes show, a failing one is not recorded.
+        // Beside another proven caller, a failing one is still recorded.
         callers.judge(Some("10.0.0.2"), Sighting::Proven);
-        assert!(callers.unrecorded(Some("10.0.0.1")));
-        assert!(!callers.unrecorded(Some("10.0.0.2")));
-        callers.judge(Some("10.0.0.1"), Sighting::Shown);
-        assert!(!callers.failing_lately(Some("10.0.0.1")));
         assert!(!callers.unrecorded(Some("10.0.0.1")));
+        assert!(!callers.unrecorded(Some("10.0.0.2")));
+        // A change merely shown does not end the run (anyone's forged UPDATE can show); a proof
+        // does.
+        callers.judge(Some("10.0.0.1"), Sighting::Shown);
+        assert!(callers.failing_lately(Some("10.0.0.1")));
+        callers.judge(Some("10.0.0.1"), Sighting::Proven);
+        assert!(!callers.failing_lately(Some("10.0.0.1")));
     }
 
     #[test]

@@ -500,6 +500,7 @@ fn changes_become_visible_by_kind() {
 }
 
 mod attack;
+mod failing;
 mod forged;
 mod proof;
 mod record;

@@ -314,13 +314,14 @@ proptest::proptest! {
 
 /// The residual the start-up fix leaves: a caller allowed to create ElasticQuotas creates one and
 /// replays its uid in a forged CREATE before a replica's watch delivers it, and so is proven (here
-/// the proof is given to both replicas directly). Its stream of forged changes through replica a
-/// then delays the API server's changes through b, and may get one refused (429, retryable), until
-/// five of its changes have failed to show (`failing_lately`): from then on it holds nothing. None
-/// is admitted wrongly and none waits past the API server's timeout. Before `failing_lately`, such a
-/// caller was waited for 5 s past every request's wait, for good.
+/// the proof is given to both replicas directly). A proven caller is recorded (unrecording one
+/// that fails lately let the API server's siblings both in: `failing.rs`), so its stream of
+/// forged changes through replica a keeps winning writes of its tree against the API server's
+/// changes through b: some are refused (429, retryable) while it floods. Once five of its changes
+/// have failed to show, its entries are waited for 1 s past a request's wait, not 5 s
+/// (`failing_lately`). None is admitted wrongly and none waits past the API server's timeout.
 #[tokio::test(start_paused = true)]
-async fn attack_a_caller_proven_by_racing_the_watch_costs_real_changes_seconds_at_most() {
+async fn a_caller_proven_by_racing_the_watch_delays_real_changes_and_at_worst_gets_them_retried() {
     let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     let mem: Arc<MemoryLedgerStore> = Arc::default();
@@ -341,15 +342,5 @@ async fn attack_a_caller_proven_by_racing_the_watch_costs_real_changes_seconds_a
         "{took:?}"
     );
     assert!(took.iter().all(|(_, t)| *t <= GIVE_UP + POLL), "{took:?}");
-    assert!(
-        took.iter().filter(|(o, _)| o.is_err()).count() <= 1,
-        "{took:?}"
-    );
-    // Past the forger's first five never-shown changes (judged 5 s after each is first seen).
-    assert!(
-        took[4..]
-            .iter()
-            .all(|(_, t)| *t < Duration::from_millis(100)),
-        "{took:?}"
-    );
+    assert!(took.iter().any(|(o, _)| o.is_ok()), "{took:?}");
 }
