@@ -69,17 +69,13 @@ async fn koord_managers_ca_is_taken_over_once_per_installation() {
     // Published in every entry: alone, or (when the operator re-issued the serving pair between
     // the two deletions, so a pair the API servers trust was still in place) beside that trust
     // until the staged rotation drops it, which takes the publish settle and more on a slow machine.
-    eventually(
-        Duration::from_secs(20),
-        "the new CA published",
-        || async {
-            bundles(&client)
-                .await
-                .iter()
-                .all(|b| String::from_utf8_lossy(b).contains(new_ca.trim()))
-                .then_some(())
-        },
-    )
+    eventually(Duration::from_secs(20), "the new CA published", || async {
+        bundles(&client)
+            .await
+            .iter()
+            .all(|b| String::from_utf8_lossy(b).contains(new_ca.trim()))
+            .then_some(())
+    })
     .await;
     // The Event says why and how to allow it again.
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
