@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use kube::core::admission::Operation;
 
-use super::ports::{Dice, FindingSink, LedgerStore, PodReachGuard, QuotaStore, SystemDice};
+use super::ports::{
+    Dice, FindingSink, LedgerStore, PodReachGuard, ProbeSecrets, QuotaStore, SystemDice,
+};
 use super::settings::Settings;
 use crate::cache::Cache;
 use crate::features::FeatureGates;
@@ -27,6 +29,8 @@ pub struct Services {
     pub quota_store: Option<Arc<dyn QuotaStore>>,
     /// The record through which replicas admit ElasticQuota changes one at a time.
     pub quota_ledger: Option<Arc<dyn LedgerStore>>,
+    /// What API-server probes are signed with (the serving pair's key; `ledger/probe.rs`).
+    pub probe_secrets: Option<Arc<dyn ProbeSecrets>>,
     /// Where narrowed pod entries are widened before a change needs them (cluster mode with
     /// `--narrow-calls=on`).
     pub pod_reach: Option<Arc<dyn PodReachGuard>>,

@@ -13,7 +13,7 @@ use tokio::task::AbortHandle;
 use kube::runtime::events::Recorder;
 
 use super::resolved::{Replica, Rules};
-use crate::admission::ports::{FindingSink, PodReachGuard};
+use crate::admission::ports::{FindingSink, PodReachGuard, ProbeSecrets};
 use crate::admission::{Admission, Services};
 use crate::cache::{CacheWriter, load::load_state};
 use crate::certs;
@@ -57,7 +57,12 @@ async fn terminated() {
 /// it admitted on the ElasticQuota itself, quota changes go through the ledger, narrowed pod
 /// entries are widened before a change needs them, and shadowed refusals become Events when asked.
 /// None with `--state`.
-fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> Services {
+fn services(
+    args: &ServeArgs,
+    client: Option<&kube::Client>,
+    identity: &str,
+    resolver: &Arc<CertResolver>,
+) -> Services {
     let Some(client) = client else {
         return Services::default();
     };
@@ -79,6 +84,7 @@ fn services(args: &ServeArgs, client: Option<&kube::Client>, identity: &str) -> 
         quota_ledger: Some(Arc::new(KubeLedgerStore {
             client: client.clone(),
         })),
+        probe_secrets: Some(resolver.clone() as Arc<dyn ProbeSecrets>),
         pod_reach: args.operator.entries.narrows().then(|| {
             Arc::new(KubePodReachGuard::for_hold(
                 client,
@@ -125,6 +131,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &args,
         operator.as_ref().map(|(client, _)| client),
         &config.identity,
+        &resolver,
     );
     let client_ca = client_ca(&args)?;
     // The one composition root: the state every part shares, then each part on it.
@@ -158,6 +165,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let serving = tokio::spawn(server);
     let (ops, mut tasks) = start_side_ports(&args, &shared).await?;
 
+    if operator.is_some() && gates.enabled(crate::features::Gate::ElasticValidatingWebhook) {
+        // The API server's address, for the quota ledger (`ledger/probe.rs`).
+        let config = kube::Config::infer()
+            .await
+            .context("cannot configure a Kubernetes client (KUBECONFIG or in-cluster)")?;
+        let probes = tokio::spawn(crate::kube_ports::api_server_probe::run(
+            config,
+            state.resolver.clone() as Arc<dyn ProbeSecrets>,
+        ));
+        tasks.push(probes.abort_handle());
+    }
     let stop_operator = operator.map(|(client, writer)| {
         let (stop, task) = start_operator(config, client, writer, &state);
         tasks.push(task);

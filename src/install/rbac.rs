@@ -145,6 +145,14 @@ pub fn role(mode: Mode) -> Role {
             &["create", "update", "patch"],
             &[QUOTA_LEDGER, CA_ADOPTION_RECORD],
         ),
+        // The API-server probe (`ledger/probe.rs`): dry-run applies of one ElasticQuota name in
+        // this namespace, never stored; an apply's create is authorised with the name.
+        rule(
+            &["scheduling.sigs.k8s.io"],
+            &["elasticquotas"],
+            &["create", "patch"],
+            &[crate::admission::elastic_quota::ledger::probe::PROBE_NAME],
+        ),
         // The Lease: created by the first replica (a plain create, which RBAC cannot limit by
         // name), then renewed by name.
         rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),

@@ -140,7 +140,6 @@ mod tests {
             resource_version: None,
             at: 7,
             caller: None,
-            object_uid: None,
         }
     }
 

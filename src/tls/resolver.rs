@@ -12,6 +12,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::error::TlsError;
+use crate::admission::ports::{ProbeSecret, ProbeSecrets};
 
 #[derive(Default)]
 pub struct CertResolver {
@@ -22,6 +23,8 @@ pub struct CertResolver {
 pub struct LoadedPair {
     pub certified: Arc<CertifiedKey>,
     pub cert_pem: Vec<u8>,
+    /// What API-server probes are signed with: every replica loads the same key.
+    pub probe_secret: ProbeSecret,
 }
 
 impl std::fmt::Debug for CertResolver {
@@ -66,6 +69,7 @@ fn load_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<LoadedPair, TlsError> {
     Ok(LoadedPair {
         certified: Arc::new(certified),
         cert_pem: cert_pem.to_vec(),
+        probe_secret: ProbeSecret::of_serving_key(key_pem),
     })
 }
 
@@ -75,5 +79,14 @@ impl ResolvesServerCert for CertResolver {
             .load()
             .as_ref()
             .map(|pair| pair.certified.clone())
+    }
+}
+
+impl ProbeSecrets for CertResolver {
+    fn current(&self) -> Option<ProbeSecret> {
+        self.current
+            .load()
+            .as_ref()
+            .map(|pair| pair.probe_secret.clone())
     }
 }

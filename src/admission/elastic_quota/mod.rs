@@ -11,6 +11,8 @@ pub mod tree_checks;
 mod validate;
 
 #[cfg(test)]
+mod probe_review;
+#[cfg(test)]
 mod tests;
 
 use super::chain::{Mutator, Validator};

@@ -10,6 +10,7 @@ use kube::core::admission::Operation;
 
 use std::sync::{Mutex, OnceLock};
 
+use super::ledger::probe::{PROBE_ANNOTATION, PROBE_NAME, ProbeError, TakenTokens};
 use super::ledger::{Ledger, change_of, keys_of};
 use super::overlay::{Overlay, PENDING_TTL};
 use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
@@ -27,6 +28,8 @@ pub struct QuotaTreeRules {
     ledger: OnceLock<Ledger>,
     /// Without a ledger: what this process admitted that the cache does not show yet.
     overlay: Mutex<Overlay>,
+    /// The API-server probes this replica has answered (each proves once).
+    probes: TakenTokens,
 }
 
 impl Validator<ElasticQuota> for QuotaTreeRules {
@@ -36,8 +39,19 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
         let dry_run = ctx.dry_run();
-        let store = ctx.services.quota_ledger.as_ref().filter(|_| !dry_run);
-        match store.map(|store| self.ledger.get_or_init(|| Ledger::new(store.clone()))) {
+        let ledger = ctx
+            .services
+            .quota_ledger
+            .as_ref()
+            .map(|store| self.ledger.get_or_init(|| Ledger::new(store.clone())));
+        if let Some(ledger) = ledger
+            && self.is_a_probe(ctx)
+        {
+            // A dry run: nothing to check or record; what it proves is who sent it.
+            ledger.prove(crate::admission::caller::current());
+            return Ok(()).into();
+        }
+        match ledger.filter(|_| !dry_run) {
             Some(ledger) => match ledger_change(ctx) {
                 Some(change) => Step::Pending(Box::pin(async move {
                     // The cache shows the change once the watch delivers it; nothing to apply here.
@@ -78,6 +92,47 @@ enum Accepted {
 }
 
 impl QuotaTreeRules {
+    /// Whether the request is a probe one of the replicas made through the API server
+    /// (`ledger/probe.rs`): a dry-run CREATE of [`PROBE_NAME`] in the operator's namespace whose
+    /// token this replica checks and has not taken before.
+    fn is_a_probe(&self, ctx: &Ctx<'_, ElasticQuota>) -> bool {
+        let request = ctx.request;
+        let Some(quota) = ctx.object() else {
+            return false;
+        };
+        if !request.dry_run
+            || *ctx.operation() != Operation::Create
+            || quota.metadata.name.as_deref() != Some(PROBE_NAME)
+            || request.namespace.as_deref() != Some(crate::names::namespace())
+        {
+            return false;
+        }
+        let Some(token) = crate::apis::meta::annotation(quota, PROBE_ANNOTATION) else {
+            return false;
+        };
+        let secret = ctx
+            .services
+            .probe_secrets
+            .as_ref()
+            .and_then(|s| s.current());
+        let taken = match &secret {
+            Some(secret) => self
+                .probes
+                .take(secret, token, jiff::Timestamp::now().as_second()),
+            None => Err(ProbeError::NoSecret),
+        };
+        match taken {
+            Ok(()) => {
+                tracing::info!(caller = ?crate::admission::caller::current(), "an API-server probe: its sender is the API server");
+                true
+            }
+            Err(e) => {
+                tracing::info!(caller = ?crate::admission::caller::current(), error = %e, "a probe that proves nothing");
+                false
+            }
+        }
+    }
+
     /// Checked and recorded under one lock: racing admissions on this replica see each other.
     fn check_with_overlay(
         &self,

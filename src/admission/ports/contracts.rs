@@ -68,11 +68,6 @@ pub struct PendingChange {
     /// whose changes ever shows is not waited for (`ledger/callers.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
-    /// On CREATE, the uid the API server gave the object (set before validating admission): a
-    /// quota that shows with it proves the review came from the API server, as no one else can
-    /// know a uid before the object exists (`ledger/callers.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub object_uid: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,13 +84,40 @@ pub enum ChangeKind {
 pub struct LedgerRecord {
     pub version: String,
     pub last: std::collections::BTreeMap<String, PendingChange>,
-    /// The addresses some replica has seen a CREATE of show with the uid its review carried
-    /// (`ledger/callers.rs`): what every replica reading the record then knows the API server by.
+    /// The addresses some replica has seen send a probe one of the replicas made
+    /// (`ledger/probe.rs`): what every replica reading the record then knows the API server by.
     pub proven: ProvenCallers,
 }
 
 /// Callers proven to be the API server, as the record keeps them: the oldest proof first.
 pub type ProvenCallers = Vec<String>;
+
+/// The secret API-server probes are signed with (`ledger/probe.rs`): derived from the serving key,
+/// which every replica loads, so any replica checks a probe any other made.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProbeSecret(pub [u8; 32]);
+
+impl ProbeSecret {
+    pub fn of_serving_key(key_pem: &[u8]) -> Self {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(b"koord-webhook api-server probe v1\0");
+        ctx.update(key_pem);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ctx.finish().as_ref());
+        Self(out)
+    }
+}
+
+impl std::fmt::Debug for ProbeSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProbeSecret(..)")
+    }
+}
+
+/// Where the probe secret comes from: the serving pair loaded now (the TLS resolver).
+pub trait ProbeSecrets: Send + Sync {
+    fn current(&self) -> Option<ProbeSecret>;
+}
 
 /// Where the record lives: a ConfigMap in cluster mode, memory in tests.
 pub trait LedgerStore: Send + Sync {

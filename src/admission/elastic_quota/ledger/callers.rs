@@ -7,16 +7,17 @@
 //! with fresh entries stops costing them anything after a few.
 //!
 //! A change "showing" proves little: anyone can forge an UPDATE of a quota that someone else then
-//! changes. Trust takes proof: a CREATE that shows with the uid its review carried, which the API
-//! server sets just before validating admission and no one else can know (`keys::shown_and_proven`).
-//! Once a replica holds that proof for one caller, it knows the API server's address, and writes it
-//! into the record for every replica (`LedgerRecord::proven`): a change from any caller nothing is
-//! known of is then checked against the cache and not recorded ([`Callers::unrecorded`]), so forged
-//! reviews from fresh addresses never hold a key that real changes wait for. A write names the
-//! version it read, so once the proof is in the record no replica records such a change again. (A
-//! second API server address, in a cluster with several, is recorded again once one of its CREATEs
-//! shows; until then its changes are checked against each replica's cache alone, as Koordinator
-//! checks every change.)
+//! changes, and a tenant allowed to create quotas can replay its new quota's uid before a replica's
+//! watch delivers it. Trust takes proof: a probe one of the replicas made through the API server
+//! (`probe.rs`), which only the API server forwards. Once a replica holds that proof for one
+//! caller, it knows the API server's address, and writes it into the record for every replica
+//! (`LedgerRecord::proven`): a change from any caller nothing is known of is then checked against
+//! the cache and not recorded ([`Callers::unrecorded`]), so forged reviews never hold a key that
+//! real changes wait for. A write names the version it read, so once the proof is in the record no
+//! replica records such a change again. (A second API server address, in a cluster with several,
+//! is recorded once a probe reaches it (the replicas probe over a new connection each time);
+//! until then its changes are checked against each replica's cache alone, as Koordinator checks
+//! every change.)
 
 use std::collections::HashMap;
 
@@ -58,7 +59,7 @@ struct Counts {
 /// What became of a recorded change a replica looked at while it was pending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sighting {
-    /// A CREATE that showed with the uid its review carried: only the API server's can.
+    /// Sent a probe a replica made (`probe.rs`): only the API server can.
     Proven,
     /// Showed, which anyone's forged UPDATE can seem to do.
     Shown,
@@ -159,7 +160,7 @@ impl Callers {
         counts.proven == 0 && by.values().any(Counts::good)
     }
 
-    /// What is known of `caller`: a CREATE of its proven (the API server's), [`STRIKES`] changes
+    /// What is known of `caller`: a probe of its proven (the API server's), [`STRIKES`] changes
     /// never showed and none did, or neither yet (and a change recorded without a caller).
     pub fn trust(&self, caller: Option<&str>) -> Trust {
         let Some(caller) = caller else {

@@ -143,10 +143,6 @@ pub fn change_of(
         },
         at: 0,
         caller: None,
-        object_uid: match kind {
-            ChangeKind::Create => quota.metadata.uid.clone(),
-            _ => None,
-        },
     })
 }
 
@@ -161,18 +157,13 @@ pub fn visible(change: &PendingChange, cache: &Cache) -> bool {
     )
 }
 
-/// Whether `change` has reached the cache and whether it is proven ([`proven_by`]): one lookup.
-/// `None` while the cache has not listed ElasticQuotas yet: a quota missing from it then says
-/// nothing (a forged CREATE replaying an existing quota's uid would seem pending, then proven).
-pub fn shown_and_proven(change: &PendingChange, cache: &Cache) -> Option<(bool, bool)> {
-    if !cache.elastic_quotas.is_ready() {
-        return None;
-    }
-    let current = cache
+/// Whether `change` has reached the cache, `None` while the cache has not listed ElasticQuotas
+/// yet: a quota missing from it then says nothing (a forged change would seem pending).
+pub fn shown(change: &PendingChange, cache: &Cache) -> Option<bool> {
+    cache
         .elastic_quotas
-        .get(Some(&change.namespace), &change.name);
-    let current = current.as_deref();
-    Some((shown_in(change, current), proven_by(change, current)))
+        .is_ready()
+        .then(|| visible(change, cache))
 }
 
 fn shown_in(change: &PendingChange, current: Option<&ElasticQuota>) -> bool {
@@ -187,14 +178,6 @@ fn shown_in(change: &PendingChange, current: Option<&ElasticQuota>) -> bool {
         }),
         ChangeKind::Delete => current.is_none_or(|q| q.metadata.deletion_timestamp.is_some()),
     }
-}
-
-/// Whether `change` is a CREATE whose object is in the cache with the uid the review gave it: what
-/// only the API server's own review can carry (it sets the uid before validating admission).
-fn proven_by(change: &PendingChange, current: Option<&ElasticQuota>) -> bool {
-    change.operation == ChangeKind::Create
-        && change.object_uid.is_some()
-        && current.is_some_and(|q| q.metadata.uid == change.object_uid)
 }
 
 /// Whether `change` is an UPDATE of a version older than the cache holds: the API server cannot

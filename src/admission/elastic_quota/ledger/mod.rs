@@ -44,9 +44,9 @@
 //! called: `admission/caller.rs`), so one caller's backlog cannot starve another's change. A request
 //! gets a retryable denial (429), never a wrong admission, only when changes under its keys kept
 //! being recorded ahead of it for [`GIVE_UP`]; a caller none of whose changes ever shows is, after
-//! a few, not waited for at all; and once a CREATE of the API server's has shown with the uid its
-//! review carried, its address is written into the record and no replica records a change of any
-//! caller nothing is known of (`callers.rs`).
+//! a few, not waited for at all; and once a replica has answered a probe one of the replicas made
+//! through the API server (`probe.rs`), the API server's address is written into the record and no
+//! replica records a change of any caller nothing is known of (`callers.rs`).
 //! Dry runs change nothing and skip the ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -66,6 +66,7 @@ mod sightings;
 use callers::Trust;
 use sightings::Sightings;
 mod keys;
+pub mod probe;
 mod record;
 #[cfg(test)]
 mod tests;
@@ -178,6 +179,18 @@ impl Ledger {
         }
     }
 
+    /// `caller` sent a probe one of the replicas made (`probe.rs`): the API server. Every replica
+    /// learns it from the record, written in the background.
+    pub fn prove(&self, caller: Option<std::net::IpAddr>) {
+        let Some(caller) = caller else { return };
+        let caller = caller.to_string();
+        self.inner
+            .sightings
+            .callers
+            .judge(Some(&caller), callers::Sighting::Proven);
+        self.inner.publish_if_proven();
+    }
+
     /// Admits one change: waits for the last change of each of its keys (`keys`, read again after
     /// each wait: a tree can move), runs `check` against the cache, records the change. `check`
     /// returns what to apply locally once the change is recorded.
@@ -200,7 +213,7 @@ impl Ledger {
             // None of this caller's changes ever showed, or the API server is known and this is
             // not it: checked against the cache, neither waiting nor recorded (so a forger's stream
             // never writes the record), and watched like a recorded one: if it shows, its caller
-            // is no longer distrusted, and a CREATE of it that shows proves it.
+            // is no longer distrusted.
             self.inner.sightings.judge_pending(cache);
             self.inner.publish_if_proven();
             let applied = check()?;

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::bounds::{MAX_WAIT, PENDING_TIMEOUT};
 use super::callers::{Callers, Sighting};
-use super::keys::{shown_and_proven, visible};
+use super::keys::shown;
 use crate::admission::ports::{LedgerRecord, PendingChange};
 use crate::cache::Cache;
 
@@ -110,9 +110,8 @@ impl Sightings {
     /// one earns its caller nothing.
     pub(super) fn seen_own(&self, change: &PendingChange, cache: &Cache) {
         self.first_seen(change);
-        // Before the cache has listed quotas, a change missing from it is not pending: it may be
-        // a forged CREATE replaying an existing quota's uid.
-        if !cache.elastic_quotas.is_ready() || visible(change, cache) {
+        // Before the cache has listed quotas, a change missing from it is not pending.
+        if shown(change, cache) != Some(false) {
             return;
         }
         if let Some(s) = self
@@ -144,7 +143,7 @@ impl Sightings {
                 .filter_map(|s| {
                     let change = s.change.as_ref()?;
                     let caller = change.caller.clone();
-                    let now = shown_and_proven(change, cache)?;
+                    let now = shown(change, cache)?;
                     Some((caller, look(s, now)??))
                 })
                 .collect()
@@ -161,7 +160,7 @@ impl Sightings {
     /// sent) earns nothing, so a forger cannot buy trust with such changes.
     pub(super) fn sight(&self, change: &PendingChange, cache: &Cache) {
         // Nothing is judged against a cache that has not listed quotas yet.
-        let Some(now) = shown_and_proven(change, cache) else {
+        let Some(now) = shown(change, cache) else {
             return;
         };
         let verdict = {
@@ -177,10 +176,10 @@ impl Sightings {
     }
 }
 
-/// One look at `s`, (shown, proven) now: `None` while nothing is decided, `Some(None)` once
-/// decided with nothing to count (in the cache from the start), `Some(Some(sighting))` a credit or
-/// a strike. Decided, it is judged and its change dropped.
-fn look(s: &mut Seen, (shown_now, proven_now): (bool, bool)) -> Option<Option<Sighting>> {
+/// One look at `s`, shown now or not: `None` while nothing is decided, `Some(None)` once decided
+/// with nothing to count (in the cache from the start), `Some(Some(sighting))` a credit or a
+/// strike. Decided, it is judged and its change dropped.
+fn look(s: &mut Seen, shown_now: bool) -> Option<Option<Sighting>> {
     if s.judged {
         return None;
     }
@@ -190,7 +189,6 @@ fn look(s: &mut Seen, (shown_now, proven_now): (bool, bool)) -> Option<Option<Si
             s.pending = true;
             old.then_some(Some(Sighting::NeverShown))
         }
-        (true, true) if proven_now => Some(Some(Sighting::Proven)),
         (true, true) => Some(Some(Sighting::Shown)),
         (true, false) => old.then_some(None),
     };

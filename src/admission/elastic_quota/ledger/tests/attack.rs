@@ -122,7 +122,7 @@ async fn flood_against_reals(
     );
     let forger = "10.0.0.66";
     // The API server trusted on both (a create of its shown through each).
-    make_the_api_server_known(&[&a, &b], &writer, &cache).await;
+    make_the_api_server_known(&[&a, &b]).await;
     if buy {
         // The forger buys trust on b with one stale UPDATE (of another tree).
         answering_for(
@@ -155,19 +155,10 @@ async fn attack_a_flood_of_changes_already_in_the_cache_starves_real_writes() {
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
 }
 
-/// A create of the API server's through each of `ledgers`, shown: it is trusted on each.
-async fn make_the_api_server_known(
-    ledgers: &[&Ledger],
-    writer: &Mutex<CacheWriter>,
-    cache: &Cache,
-) {
-    for (i, ledger) in ledgers.iter().enumerate() {
-        let name = format!("known{i}");
-        let change = ledger.admit(create(&name, &name), tree("k"), cache, || Ok(()));
-        answering_for(ip(API_SERVER), change).await.unwrap();
-        let stored = CachedObject::ElasticQuota(quota(&name, "1"));
-        writer.lock().unwrap().apply(stored);
-        judge(ledger, cache).await;
+/// The API server proven on each of `ledgers` (its answer to a probe): it is trusted on each.
+async fn make_the_api_server_known(ledgers: &[&Ledger]) {
+    for ledger in ledgers {
+        prove_api_server(ledger).await;
         assert_eq!(trust(ledger, API_SERVER), Trust::Trusted);
     }
 }
@@ -199,12 +190,7 @@ async fn sibling_race(
         Ledger::new(shared(&store, latency.1, 2)),
     );
     let forger = "10.0.0.66";
-    make_the_api_server_known(
-        &[&a, &b][..1 + usize::from(api_known_on_b)],
-        &writer,
-        &cache,
-    )
-    .await;
+    make_the_api_server_known(&[&a, &b][..1 + usize::from(api_known_on_b)]).await;
     if buy_on_b {
         answering_for(
             ip(forger),

@@ -1,14 +1,18 @@
-//! A caller proven by the residual of `proof.rs` (a tenant allowed to create ElasticQuotas replays
-//! its new quota's uid before a replica's watch delivers it), from a fifth outside review: it
-//! cannot make the API server's changes unrecorded (two racing siblings were both admitted when a
-//! proven caller failing lately was not recorded beside a good one: any tenant can make the API
-//! server fail lately with no-op UPDATEs), and a change that merely shows no longer resets a
-//! caller's run of changes that never showed (a forged UPDATE of a quota someone else keeps
-//! changing kept the forger "good").
+//! From a fifth outside review: a tenant allowed to create ElasticQuotas replayed its new quota's
+//! uid in a forged CREATE before a replica's watch delivered it, and so was proven when a CREATE
+//! that showed with its review's uid was the proof. Proven, it made the API server's changes
+//! unrecorded (two racing siblings were both admitted when a proven caller failing lately was not
+//! recorded beside a good one: any tenant can make the API server fail lately with no-op
+//! UPDATEs), and a change that merely showed reset a caller's run of changes that never showed (a
+//! forged UPDATE of a quota someone else keeps changing kept the forger "good"). Fixed then: a
+//! proven caller is always recorded, only a proof ends a run. Now only a probe proves
+//! (`probe.rs`): the race proves nothing (`forger_races_the_watch` checks it every time), and the
+//! attacks are kept as they were sent.
 
 use super::forged::shared;
 use super::*;
 use crate::admission::caller::answering_for;
+use crate::admission::elastic_quota::ledger::callers::Trust;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,9 +28,10 @@ fn update(id: &str, name: &str, rv: &str) -> PendingChange {
     change_of(id, &Operation::Update, Some(&q), Some(&q)).unwrap()
 }
 
-/// The documented residual: the tenant creates `name` through the API server, reads its uid, and
-/// replays it in a forged CREATE to each replica before their watch delivers it.
-async fn forger_proves_itself(
+/// The race that used to prove the forger: the tenant creates `name` through the API server, reads
+/// its uid, and replays it in a forged CREATE to each replica before their watch delivers it. It
+/// proves nothing now.
+pub(super) async fn forger_races_the_watch(
     ledgers: &[&Ledger],
     writer: &Mutex<CacheWriter>,
     cache: &Cache,
@@ -58,6 +63,14 @@ async fn forger_proves_itself(
         .await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
+    for l in ledgers {
+        let trust = l
+            .inner
+            .sightings
+            .callers
+            .trust(ip(FORGER).map(|a| a.to_string()).as_deref());
+        assert_ne!(trust, Trust::Trusted, "the race proved the forger");
+    }
 }
 
 /// Something (a controller's status writes, the tenant's own updates) bumps quota `qs` every
@@ -99,8 +112,8 @@ async fn keep_forger_good(
     futures::join!(bumps, showers);
 }
 
-/// Replicas a and b (a store with latency), the API server proven on both, then the forger (by
-/// the watch race); ten quotas at version 5 for the no-op UPDATEs.
+/// Replicas a and b (a store with latency), the API server proven on both, then the forger racing
+/// the watch (which proves it nothing); ten quotas at version 5 for the no-op UPDATEs.
 async fn api_server_and_forger_proven() -> (Mutex<CacheWriter>, Cache, Ledger, Ledger) {
     let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
@@ -113,9 +126,9 @@ async fn api_server_and_forger_proven() -> (Mutex<CacheWriter>, Cache, Ledger, L
     let mem: Arc<MemoryLedgerStore> = Arc::default();
     let store = shared(&mem, (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
-    prove_api_server(&a, &writer, &cache, "p1").await;
-    prove_api_server(&b, &writer, &cache, "p2").await;
-    forger_proves_itself(&[&a, &b], &writer, &cache, "mine").await;
+    prove_api_server(&a).await;
+    prove_api_server(&b).await;
+    forger_races_the_watch(&[&a, &b], &writer, &cache, "mine").await;
     (writer, cache, a, b)
 }
 

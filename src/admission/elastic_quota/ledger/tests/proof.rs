@@ -31,7 +31,6 @@ async fn forge_proofs(starting: &Ledger, its_writer: &Mutex<CacheWriter>, forger
     let its_cache = its_writer.lock().unwrap().reader();
     for (i, f) in forgers.iter().enumerate() {
         let forged = create(&format!("forged-proof-{i}"), "victim");
-        assert_eq!(forged.object_uid.as_deref(), Some("uid-victim"));
         let _ = answering_for(
             ip(f),
             starting.admit(forged, tree("victim-tree"), &its_cache, || Ok(())),
@@ -147,7 +146,7 @@ async fn attack_forged_proofs_cannot_evict_the_api_server_from_the_record() {
     let store = Arc::new(MemoryLedgerStore::default());
     // The API server is proven and published, through replica a.
     let a = Ledger::new(store.clone());
-    prove_api_server(&a, &writer, &cache, "1").await;
+    prove_api_server(&a).await;
     assert_eq!(store.read().await.unwrap().proven, [API_SERVER]);
     // A replica starts (rollout, eviction, scale-up): 16 forger Pods prove themselves through it.
     let starting = Ledger::new(store.clone());
@@ -227,7 +226,7 @@ async fn control_an_unproven_forger_costs_nothing_once_the_api_server_is_proven(
     let store = shared(&mem, (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
     // Prove the API server through b.
-    prove_api_server(&b, &writer, &cache, "p1").await;
+    prove_api_server(&b).await;
     assert_eq!(mem.read().await.unwrap().proven, [API_SERVER]);
     let until = Instant::now() + Duration::from_secs(22);
     let forgers = flood(&a, &cache, ip("10.66.0.1"), 8, until, |id| {
@@ -269,14 +268,8 @@ proptest::proptest! {
             let api_server = ip(API_SERVER);
             // b: a change of the API server's that a later webhook denies (never stored).
             answering_for(api_server, two.admit(create("denied", "denied"), tree("k1"), &cache, || Ok(()))).await.unwrap();
-            // a: a CREATE that shows; a looks again and publishes.
-            answering_for(api_server, one.admit(create("known", "known"), tree("k0"), &cache, || Ok(()))).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            writer.lock().unwrap().apply(CachedObject::ElasticQuota(quota("known", "1")));
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            answering_for(api_server, one.admit(create("known2", "known2"), tree("k2"), &cache, || Ok(()))).await.unwrap();
-            writer.lock().unwrap().apply(CachedObject::ElasticQuota(quota("known2", "1")));
-            tokio::time::sleep(Duration::from_millis(60)).await;
+            // a: a probe answered; a publishes.
+            prove_api_server(&one).await;
             let proven = mem.read().await.unwrap().proven;
             assert_eq!(two.inner.sightings.callers.trust(Some(API_SERVER)), Trust::Unknown);
             let forgers = racing.iter().copied().enumerate().map(|(i, (at, side))| {
@@ -312,35 +305,28 @@ proptest::proptest! {
     }
 }
 
-/// The residual the start-up fix leaves: a caller allowed to create ElasticQuotas creates one and
-/// replays its uid in a forged CREATE before a replica's watch delivers it, and so is proven (here
-/// the proof is given to both replicas directly). A proven caller is recorded (unrecording one
-/// that fails lately let the API server's siblings both in: `failing.rs`), so its stream of
-/// forged changes through replica a keeps winning writes of its tree against the API server's
-/// changes through b: some are refused (429, retryable) while it floods. Once five of its changes
-/// have failed to show, its entries are waited for 1 s past a request's wait, not 5 s
-/// (`failing_lately`). None is admitted wrongly and none waits past the API server's timeout.
+/// What was the residual of the start-up fix: a caller allowed to create ElasticQuotas creates one
+/// and replays its uid in a forged CREATE before a replica's watch delivers it. When that proved
+/// it, its stream of forged changes through replica a kept winning writes of its tree against the
+/// API server's changes through b: 2 of 12 were refused (429) while it flooded. Only a probe proves
+/// now: the race leaves it a caller nothing is known of, its flood is not recorded, and every real
+/// change is admitted.
 #[tokio::test(start_paused = true)]
-async fn a_caller_proven_by_racing_the_watch_delays_real_changes_and_at_worst_gets_them_retried() {
+async fn a_caller_racing_the_watch_is_not_proven_and_costs_real_changes_nothing() {
     let writer = Mutex::new(listed());
     let cache = writer.lock().unwrap().reader();
     let mem: Arc<MemoryLedgerStore> = Arc::default();
     let store = shared(&mem, (5, 5), 0);
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
+    prove_api_server(&a).await;
+    prove_api_server(&b).await;
+    super::failing::forger_races_the_watch(&[&a, &b], &writer, &cache, "mine").await;
     let forger = "10.66.0.1";
-    for ledger in [&a, &b] {
-        let callers = &ledger.inner.sightings.callers;
-        callers.judge(Some(forger), super::super::callers::Sighting::Proven);
-    }
     let until = Instant::now() + Duration::from_secs(40);
     let forgers = flood(&a, &cache, ip(forger), 8, until, |id| create(id, "forged"));
     let reals = real_changes(&b, &writer, &cache, 12);
     let (took, _) = futures::join!(reals, forgers);
-    eprintln!("real changes against a proven forger: {took:?}");
-    assert!(
-        took.iter().all(|(o, _)| matches!(o, Ok(()) | Err(429))),
-        "{took:?}"
-    );
-    assert!(took.iter().all(|(_, t)| *t <= GIVE_UP + POLL), "{took:?}");
-    assert!(took.iter().any(|(o, _)| o.is_ok()), "{took:?}");
+    eprintln!("real changes against a forger racing the watch: {took:?}");
+    assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
+    assert_eq!(mem.read().await.unwrap().proven, [API_SERVER]);
 }
