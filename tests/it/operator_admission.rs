@@ -75,6 +75,11 @@ async fn admission_through_the_api_server_with_the_live_cache() {
         dir: cluster.dir.path(),
     };
     step(
+        "the API server proven by a probe",
+        the_api_server_is_proven_by_a_probe(&env),
+    )
+    .await;
+    step(
         "a profile applies",
         a_profile_created_while_serving_applies(&env),
     )
@@ -109,6 +114,35 @@ async fn admission_through_the_api_server_with_the_live_cache() {
         sigterm_drains_and_releases_the_lease(&env, operator),
     )
     .await;
+}
+
+/// Before any ElasticQuota is created, the replica's own probe (a dry-run apply through the API
+/// server, `ledger/probe.rs`) reaches its validating webhook, which writes the API server's address
+/// (loopback here) into the ledger's record; no quota is stored by it.
+async fn the_api_server_is_proven_by_a_probe(env: &Env<'_>) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), "koordinator-system");
+    let proven = eventually(
+        Duration::from_secs(60),
+        "the ledger's record names the API server",
+        || async {
+            let record = config_maps
+                .get_opt(koord_webhook::names::QUOTA_LEDGER)
+                .await
+                .ok()??;
+            let proven = record.data?.get("proven-callers")?.clone();
+            let proven: Vec<String> = serde_json::from_str(&proven).ok()?;
+            (!proven.is_empty()).then_some(proven)
+        },
+    )
+    .await;
+    assert_eq!(proven, ["127.0.0.1"], "{proven:?}");
+    let quotas: Api<ElasticQuota> = Api::all(env.client.clone());
+    let stored = quotas.list(&Default::default()).await.unwrap();
+    assert!(
+        stored.items.iter().all(|q| q.metadata.name.as_deref()
+            != Some(koord_webhook::admission::elastic_quota::ledger::probe::PROBE_NAME)),
+        "a probe was stored"
+    );
 }
 
 /// The pods and the quota of the evaluation steps (namespace `eval`).

@@ -63,6 +63,43 @@ pub(super) async fn upload_burst_leaves_the_replica_running(client: &kube::Clien
     );
 }
 
+/// The replicas' probes (dry-run applies through the API server, with the installed RBAC) prove the
+/// API server's address into the ElasticQuota ledger's record: some address, and no Pod's (the
+/// API server's calls reach a replica from the node, not from a Pod).
+pub(super) async fn the_api_server_is_proven_by_a_probe(client: &kube::Client) {
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let proven = crate::support::operator::eventually(
+        Duration::from_secs(120),
+        "the ledger's record names the API server",
+        || async {
+            let record = config_maps
+                .get_opt(koord_webhook::names::QUOTA_LEDGER)
+                .await
+                .ok()??;
+            let proven = record.data?.get("proven-callers")?.clone();
+            let proven: Vec<String> = serde_json::from_str(&proven).ok()?;
+            (!proven.is_empty()).then_some(proven)
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let pod_ips: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| !p.spec.as_ref().is_some_and(|s| s.host_network == Some(true)))
+        .filter_map(|p| p.status?.pod_ip)
+        .collect();
+    eprintln!("proven API-server addresses {proven:?}; pod addresses {pod_ips:?}");
+    assert!(
+        proven.iter().all(|a| !pod_ips.contains(a)),
+        "a Pod's address proven: {proven:?} among {pod_ips:?}"
+    );
+}
+
 pub(super) async fn concurrent_sibling_quotas_obey_the_tree_rules(
     node: &Node,
     client: &kube::Client,

@@ -54,6 +54,8 @@ async fn installed_from_the_manifests_on_a_real_node() {
     // 200 concurrent sibling ElasticQuota creates whose min would sum to 20 times the parent's,
     // spread by the Service over both replicas, under the steady pod load: the accepted set obeys
     // the min-sum rule, every refusal says why, no pod admission fails.
+    // The replicas' probes have named the API server in the ledger's record (RBAC as installed).
+    the_api_server_is_proven_by_a_probe(client).await;
     let load = SteadyLoad::start(client.clone(), "default", LOAD_PER_SECOND);
     concurrent_sibling_quotas_obey_the_tree_rules(node, client).await;
     no_failed_admissions(load, "200 concurrent ElasticQuota creates").await;
