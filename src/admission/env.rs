@@ -31,6 +31,9 @@ pub struct Services {
     pub quota_ledger: Option<Arc<dyn LedgerStore>>,
     /// What API-server probes are signed with (the serving pair's key; `ledger/probe.rs`).
     pub probe_secrets: Option<Arc<dyn ProbeSecrets>>,
+    /// Wakes the replica's prober: a change came from a caller no proof names while another is
+    /// proven (the API server calling from a new address, or a forger).
+    pub probe_nudge: Option<Arc<tokio::sync::Notify>>,
     /// Where narrowed pod entries are widened before a change needs them (cluster mode with
     /// `--narrow-calls=on`).
     pub pod_reach: Option<Arc<dyn PodReachGuard>>,

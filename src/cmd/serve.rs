@@ -85,6 +85,7 @@ fn services(
             client: client.clone(),
         })),
         probe_secrets: Some(resolver.clone() as Arc<dyn ProbeSecrets>),
+        probe_nudge: Some(Arc::default()),
         pod_reach: args.operator.entries.narrows().then(|| {
             Arc::new(KubePodReachGuard::for_hold(
                 client,
@@ -133,6 +134,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         &config.identity,
         &resolver,
     );
+    let ledger_store = services
+        .quota_ledger
+        .clone()
+        .zip(services.probe_nudge.clone());
     let client_ca = client_ca(&args)?;
     // The one composition root: the state every part shares, then each part on it.
     let state = Arc::new(State::new(cache, resolver));
@@ -165,7 +170,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let serving = tokio::spawn(server);
     let (ops, mut tasks) = start_side_ports(&args, &shared).await?;
 
-    if operator.is_some() && gates.enabled(crate::features::Gate::ElasticValidatingWebhook) {
+    if let Some((record, nudge)) = ledger_store
+        && gates.enabled(crate::features::Gate::ElasticValidatingWebhook)
+    {
         // The API server's address, for the quota ledger (`ledger/probe.rs`).
         let config = kube::Config::infer()
             .await
@@ -173,6 +180,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let probes = tokio::spawn(crate::kube_ports::api_server_probe::run(
             config,
             state.resolver.clone() as Arc<dyn ProbeSecrets>,
+            record,
+            nudge,
         ));
         tasks.push(probes.abort_handle());
     }

@@ -1,67 +1,110 @@
 //! The replica's side of the API-server probe (`admission/elastic_quota/ledger/probe.rs`): a
 //! dry-run server-side apply of the probe ElasticQuota in the operator's namespace, carrying a
-//! fresh token, so that the API server sends the validating webhook a review only it can send and
-//! whichever replica answers learns the API server's address. Nothing is stored. Each probe goes
+//! fresh token; the replica that answers the API server's review (this one or another) names the
+//! address the review came from in a warning, which the API server hands back here; this replica
+//! checks it and writes the address into the ledger's record. Nothing is stored. Each probe goes
 //! over a new connection, so that in a cluster of several API servers behind one address each is
 //! reached in time. Probes follow each other closely at start (the webhook configuration may not
-//! trust the replicas' CA yet), then every [`EVERY`].
+//! trust the replicas' CA yet), then every [`EVERY`], each renewing the proof it gives, and within
+//! [`NUDGED_EVERY`] of a quota change from a caller no proof names (the ledger wakes the prober).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+use kube::core::Resource;
 
-use crate::admission::elastic_quota::ledger::probe::{PROBE_ANNOTATION, PROBE_NAME, fresh_token};
-use crate::admission::ports::ProbeSecrets;
+use crate::admission::elastic_quota::ledger::probe::{
+    self, PROBE_ANNOTATION, PROBE_NAME, fresh_token, read_answer,
+};
+use crate::admission::ports::{LedgerStore, ProbeSecrets};
 use crate::apis::ElasticQuota;
 
-/// Between probes once started.
-const EVERY: Duration = Duration::from_secs(300);
-/// Between probes at start, [`AT_START`] times.
-const AT_START_EVERY: Duration = Duration::from_secs(10);
-const AT_START: u32 = 12;
+/// Between probes once started (a proof lasts `probe::PROOF_TTL`).
+const EVERY: Duration = Duration::from_secs(120);
+/// Before the first probe: the serving pair and the webhook configuration are usually in place.
+const FIRST_AFTER: Duration = Duration::from_secs(2);
+/// Between probes at start, [`AT_START`] times (two minutes).
+const AT_START_EVERY: Duration = Duration::from_secs(5);
+const AT_START: u32 = 24;
+/// Probes woken by a change of a caller no proof names come at most this often.
+const NUDGED_EVERY: Duration = Duration::from_secs(5);
 /// The field manager the dry runs name.
 const MANAGER: &str = "koord-webhook-probe";
 
+/// What one probe came to.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailure {
+    #[error("the API server did not answer: {0}")]
+    Request(#[from] kube::Error),
+    #[error("cannot build the request: {0}")]
+    Build(String),
+    #[error("no replica's answer in the API server's response (HTTP {0})")]
+    NoAnswer(u16),
+    #[error("cannot write the proof into the ledger's record: {0}")]
+    Publish(String),
+}
+
 /// Probes for as long as the replica runs.
-pub async fn run(config: kube::Config, secrets: Arc<dyn ProbeSecrets>) {
+pub async fn run(
+    config: kube::Config,
+    secrets: Arc<dyn ProbeSecrets>,
+    record: Arc<dyn LedgerStore>,
+    nudge: Arc<tokio::sync::Notify>,
+) {
     let mut sent = 0u32;
-    let mut answered = 0u32;
+    let mut proven = 0u32;
     loop {
-        let pause = if sent < AT_START {
-            AT_START_EVERY
-        } else {
-            EVERY
+        let pause = match sent {
+            0 => FIRST_AFTER,
+            n if n < AT_START => AT_START_EVERY,
+            _ => EVERY,
         };
-        tokio::time::sleep(pause).await;
+        let last = tokio::time::Instant::now();
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            // A change of a caller no proof names: the API server calling from a new address?
+            _ = nudge.notified() => tokio::time::sleep_until(last + NUDGED_EVERY).await,
+        }
         let Some(secret) = secrets.current() else {
             continue;
         };
         sent += 1;
-        match probe(&config, &fresh_token(&secret)).await {
-            Ok(()) => {
-                answered += 1;
-                if answered == 1 {
-                    tracing::info!(
-                        "API-server probe answered; the replica that received it knows the API server's address"
-                    );
+        let outcome = async {
+            let token = fresh_token(&secret);
+            let warnings = probe_once(&config, &token).await?;
+            let caller = warnings
+                .iter()
+                .find_map(|w| read_answer(&secret, &token, w))
+                .ok_or(ProbeFailure::NoAnswer(0))?;
+            probe::publish(record.as_ref(), &caller.to_string(), probe::now())
+                .await
+                .map_err(|e| ProbeFailure::Publish(e.to_string()))?;
+            Ok::<_, ProbeFailure>(caller)
+        }
+        .await;
+        match outcome {
+            Ok(caller) => {
+                proven += 1;
+                if proven == 1 {
+                    tracing::info!(%caller, "the API server calls from this address (its answer to a probe); written into the ElasticQuota ledger's record");
+                } else {
+                    tracing::debug!(%caller, "API-server probe answered");
                 }
             }
-            // Expected while the webhook configuration is not in place, or when another webhook
-            // refuses the dry run (the review reached this one before, or never did).
-            Err(e) if sent == AT_START && answered == 0 => tracing::warn!(
+            // Expected while the webhook configuration is not in place yet.
+            Err(e) if sent == AT_START && proven == 0 => tracing::warn!(
                 error = %e,
-                "no API-server probe answered yet; ElasticQuota changes from callers nothing is known of are still recorded (docs/admission.md)"
+                "no API-server probe answered in two minutes; ElasticQuota changes from every caller are recorded until one is (docs/admission.md)"
             ),
             Err(e) => tracing::debug!(error = %e, "API-server probe failed"),
         }
     }
 }
 
-/// One probe over a new connection.
-async fn probe(config: &kube::Config, token: &str) -> Result<(), kube::Error> {
+/// One probe over a new connection: the warnings of the API server's response.
+async fn probe_once(config: &kube::Config, token: &str) -> Result<Vec<String>, ProbeFailure> {
     let client = kube::Client::try_from(config.clone())?;
-    let api: Api<ElasticQuota> = Api::namespaced(client, crate::names::namespace());
     let quota = serde_json::json!({
         "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
         "kind": "ElasticQuota",
@@ -73,7 +116,20 @@ async fn probe(config: &kube::Config, token: &str) -> Result<(), kube::Error> {
         "spec": {},
     });
     let params = PatchParams::apply(MANAGER).dry_run();
-    api.patch(PROBE_NAME, &params, &Patch::Apply(&quota))
-        .await
-        .map(|_| ())
+    let url = ElasticQuota::url_path(&(), Some(crate::names::namespace()));
+    let request = kube::core::Request::new(url)
+        .patch(PROBE_NAME, &params, &Patch::Apply(&quota))
+        .map_err(|e| ProbeFailure::Build(e.to_string()))?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    // A later webhook may refuse the dry run: the answer is in the warnings all the same.
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
+    if warnings.is_empty() {
+        return Err(ProbeFailure::NoAnswer(response.status().as_u16()));
+    }
+    Ok(warnings)
 }

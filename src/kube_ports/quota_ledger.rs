@@ -1,7 +1,7 @@
 //! The ElasticQuota ledger's record in the cluster: one ConfigMap in the operator's namespace, one
 //! data key per ledger key (`t.<tree>`, `n.<namespace>`, and `last-change`, the key replicas before
 //! keyed ledgers read), each naming the last admitted change, and [`PROVEN_KEY`], the callers
-//! proven to be the API server (a JSON list: not a change, so replicas before it leave it out).
+//! proven to be the API server (a JSON object: not a change, so replicas before it leave it out).
 //! Writes carry the resourceVersion read, so of two replicas writing after the same read only one
 //! succeeds.
 
@@ -18,8 +18,11 @@ use crate::admission::ports::{LedgerRecord, LedgerStore, PendingChange, ProvenCa
 use crate::names::{FIELD_MANAGER, QUOTA_LEDGER};
 use crate::names::{app_labels, namespace};
 
-/// The data key of the proven callers: no ledger key starts with `p`.
-const PROVEN_KEY: &str = "proven-callers";
+/// The data key of the proven callers (no ledger key starts with `a`), an object of address to
+/// when it was last proven.
+const PROVEN_KEY: &str = "api-servers";
+/// Where replicas before the probe kept theirs (a list, proven another way): not read.
+const OLD_PROVEN_KEY: &str = "proven-callers";
 
 pub struct KubeLedgerStore {
     pub client: Client,
@@ -75,6 +78,7 @@ impl LedgerStore for KubeLedgerStore {
                 }
             };
             let mut data = config_map.data.unwrap_or_default();
+            data.remove(OLD_PROVEN_KEY);
             // Proof that does not parse is left out: replicas learn it again.
             let proven = data
                 .remove(PROVEN_KEY)
@@ -152,7 +156,11 @@ mod tests {
             BTreeMap::from([
                 ("t.q".to_owned(), serde_json::to_string(c).unwrap()),
                 ("t.bad".to_owned(), "{not json".to_owned()),
-                (PROVEN_KEY.to_owned(), r#"["10.0.0.1"]"#.to_owned()),
+                (
+                    PROVEN_KEY.to_owned(),
+                    r#"{"10.0.0.1":1700000000}"#.to_owned(),
+                ),
+                (OLD_PROVEN_KEY.to_owned(), r#"["10.66.0.1"]"#.to_owned()),
             ])
         });
         let mut config_map = serde_json::to_value(record(Some(version), data)).unwrap();
@@ -203,13 +211,14 @@ mod tests {
             ),
         ]);
         let store = KubeLedgerStore { client };
-        let proven: ProvenCallers = vec!["10.0.0.1".to_owned()];
+        let proven = ProvenCallers::from([("10.0.0.1".to_owned(), 1_700_000_000)]);
         assert_eq!(store.write("1", &entries(), &proven).await.unwrap(), "2");
         assert_eq!(
             store.write("1", &entries(), &proven).await,
             Err(StoreError::Conflict)
         );
-        // An entry that does not parse is left out; the proven callers are not an entry.
+        // An entry that does not parse is left out; the proven callers are not an entry, and
+        // those of replicas before the probe are not read.
         let read = store.read().await.unwrap();
         assert_eq!(read.last, entries());
         assert_eq!(read.proven, proven);
@@ -219,6 +228,9 @@ mod tests {
         let written: PendingChange =
             serde_json::from_str(seen[0].body["data"]["t.q"].as_str().unwrap()).unwrap();
         assert_eq!(written, change());
-        assert_eq!(seen[0].body["data"][PROVEN_KEY], r#"["10.0.0.1"]"#);
+        assert_eq!(
+            seen[0].body["data"][PROVEN_KEY],
+            r#"{"10.0.0.1":1700000000}"#
+        );
     }
 }

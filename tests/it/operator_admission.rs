@@ -129,9 +129,10 @@ async fn the_api_server_is_proven_by_a_probe(env: &Env<'_>) {
                 .get_opt(koord_webhook::names::QUOTA_LEDGER)
                 .await
                 .ok()??;
-            let proven = record.data?.get("proven-callers")?.clone();
-            let proven: Vec<String> = serde_json::from_str(&proven).ok()?;
-            (!proven.is_empty()).then_some(proven)
+            let proven = record.data?.get("api-servers")?.clone();
+            let proven: std::collections::BTreeMap<String, i64> =
+                serde_json::from_str(&proven).ok()?;
+            (!proven.is_empty()).then(|| proven.into_keys().collect::<Vec<_>>())
         },
     )
     .await;

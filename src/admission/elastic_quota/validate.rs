@@ -10,7 +10,7 @@ use kube::core::admission::Operation;
 
 use std::sync::{Mutex, OnceLock};
 
-use super::ledger::probe::{PROBE_ANNOTATION, PROBE_NAME, ProbeError, TakenTokens};
+use super::ledger::probe::{self, PROBE_ANNOTATION, PROBE_NAME, ProbeError};
 use super::ledger::{Ledger, change_of, keys_of};
 use super::overlay::{Overlay, PENDING_TTL};
 use super::tree_checks::{check_create, check_delete, check_update, relevant_unchanged};
@@ -28,8 +28,6 @@ pub struct QuotaTreeRules {
     ledger: OnceLock<Ledger>,
     /// Without a ledger: what this process admitted that the cache does not show yet.
     overlay: Mutex<Overlay>,
-    /// The API-server probes this replica has answered (each proves once).
-    probes: TakenTokens,
 }
 
 impl Validator<ElasticQuota> for QuotaTreeRules {
@@ -38,20 +36,19 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
     }
 
     fn validate<'a>(&'a self, ctx: &'a Ctx<'a, ElasticQuota>) -> Step<'a> {
-        let dry_run = ctx.dry_run();
-        let ledger = ctx
-            .services
-            .quota_ledger
-            .as_ref()
-            .map(|store| self.ledger.get_or_init(|| Ledger::new(store.clone())));
-        if let Some(ledger) = ledger
-            && self.is_a_probe(ctx)
-        {
-            // A dry run: nothing to check or record; what it proves is who sent it.
-            ledger.prove(crate::admission::caller::current());
+        if let Some(answer) = probe_answer(ctx) {
+            // A dry run: nothing to check or record; the answer names who sent it.
+            ctx.warn(answer);
             return Ok(()).into();
         }
-        match ledger.filter(|_| !dry_run) {
+        let dry_run = ctx.dry_run();
+        let store = ctx.services.quota_ledger.as_ref().filter(|_| !dry_run);
+        let ledger = store.map(|store| {
+            self.ledger.get_or_init(|| {
+                Ledger::new(store.clone()).nudging(ctx.services.probe_nudge.clone())
+            })
+        });
+        match ledger {
             Some(ledger) => match ledger_change(ctx) {
                 Some(change) => Step::Pending(Box::pin(async move {
                     // The cache shows the change once the watch delivers it; nothing to apply here.
@@ -63,6 +60,43 @@ impl Validator<ElasticQuota> for QuotaTreeRules {
             },
             _ => self.check_with_overlay(ctx, dry_run).into(),
         }
+    }
+}
+
+/// The answer to a probe one of the replicas made through the API server (`ledger/probe.rs`): a
+/// dry-run CREATE (or UPDATE, should the object exist) of [`PROBE_NAME`] in the operator's
+/// namespace whose token this replica checks.
+fn probe_answer(ctx: &Ctx<'_, ElasticQuota>) -> Option<String> {
+    let request = ctx.request;
+    let quota = ctx.object()?;
+    if !request.dry_run
+        || !matches!(ctx.operation(), Operation::Create | Operation::Update)
+        || quota.metadata.name.as_deref() != Some(PROBE_NAME)
+        || request.namespace.as_deref() != Some(crate::names::namespace())
+    {
+        return None;
+    }
+    let token = crate::apis::meta::annotation(quota, PROBE_ANNOTATION)?;
+    let caller = crate::admission::caller::current()?;
+    let secret = ctx
+        .services
+        .probe_secrets
+        .as_ref()
+        .and_then(|s| s.current());
+    let checked = secret
+        .as_ref()
+        .ok_or(ProbeError::NoSecret)
+        .and_then(|secret| probe::check(secret, token, probe::now()));
+    match (checked, secret) {
+        (Ok(nonce), Some(secret)) => {
+            tracing::debug!(%caller, "an API-server probe answered");
+            Some(probe::answer(&secret, &nonce, caller))
+        }
+        (Err(e), _) => {
+            tracing::debug!(%caller, error = %e, "a probe not answered");
+            None
+        }
+        (Ok(_), None) => None,
     }
 }
 
@@ -92,47 +126,6 @@ enum Accepted {
 }
 
 impl QuotaTreeRules {
-    /// Whether the request is a probe one of the replicas made through the API server
-    /// (`ledger/probe.rs`): a dry-run CREATE of [`PROBE_NAME`] in the operator's namespace whose
-    /// token this replica checks and has not taken before.
-    fn is_a_probe(&self, ctx: &Ctx<'_, ElasticQuota>) -> bool {
-        let request = ctx.request;
-        let Some(quota) = ctx.object() else {
-            return false;
-        };
-        if !request.dry_run
-            || *ctx.operation() != Operation::Create
-            || quota.metadata.name.as_deref() != Some(PROBE_NAME)
-            || request.namespace.as_deref() != Some(crate::names::namespace())
-        {
-            return false;
-        }
-        let Some(token) = crate::apis::meta::annotation(quota, PROBE_ANNOTATION) else {
-            return false;
-        };
-        let secret = ctx
-            .services
-            .probe_secrets
-            .as_ref()
-            .and_then(|s| s.current());
-        let taken = match &secret {
-            Some(secret) => self
-                .probes
-                .take(secret, token, jiff::Timestamp::now().as_second()),
-            None => Err(ProbeError::NoSecret),
-        };
-        match taken {
-            Ok(()) => {
-                tracing::info!(caller = ?crate::admission::caller::current(), "an API-server probe: its sender is the API server");
-                true
-            }
-            Err(e) => {
-                tracing::info!(caller = ?crate::admission::caller::current(), error = %e, "a probe that proves nothing");
-                false
-            }
-        }
-    }
-
     /// Checked and recorded under one lock: racing admissions on this replica see each other.
     fn check_with_overlay(
         &self,

@@ -84,13 +84,14 @@ pub enum ChangeKind {
 pub struct LedgerRecord {
     pub version: String,
     pub last: std::collections::BTreeMap<String, PendingChange>,
-    /// The addresses some replica has seen send a probe one of the replicas made
-    /// (`ledger/probe.rs`): what every replica reading the record then knows the API server by.
+    /// The addresses a replica's probe was answered from (`ledger/probe.rs`), each with when it
+    /// was last: what every replica reading the record knows the API server by.
     pub proven: ProvenCallers,
 }
 
-/// Callers proven to be the API server, as the record keeps them: the oldest proof first.
-pub type ProvenCallers = Vec<String>;
+/// Callers proven to be the API server, as the record keeps them: address -> when it was last
+/// proven (Unix seconds).
+pub type ProvenCallers = std::collections::BTreeMap<String, i64>;
 
 /// The secret API-server probes are signed with (`ledger/probe.rs`): derived from the serving key,
 /// which every replica loads, so any replica checks a probe any other made.

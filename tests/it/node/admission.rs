@@ -77,9 +77,10 @@ pub(super) async fn the_api_server_is_proven_by_a_probe(client: &kube::Client) {
                 .get_opt(koord_webhook::names::QUOTA_LEDGER)
                 .await
                 .ok()??;
-            let proven = record.data?.get("proven-callers")?.clone();
-            let proven: Vec<String> = serde_json::from_str(&proven).ok()?;
-            (!proven.is_empty()).then_some(proven)
+            let proven = record.data?.get("api-servers")?.clone();
+            let proven: std::collections::BTreeMap<String, i64> =
+                serde_json::from_str(&proven).ok()?;
+            (!proven.is_empty()).then(|| proven.into_keys().collect::<Vec<_>>())
         },
     )
     .await;
@@ -90,7 +91,7 @@ pub(super) async fn the_api_server_is_proven_by_a_probe(client: &kube::Client) {
         .unwrap()
         .items
         .into_iter()
-        .filter(|p| !p.spec.as_ref().is_some_and(|s| s.host_network == Some(true)))
+        .filter(|p| p.spec.as_ref().is_none_or(|s| s.host_network != Some(true)))
         .filter_map(|p| p.status?.pod_ip)
         .collect();
     eprintln!("proven API-server addresses {proven:?}; pod addresses {pod_ips:?}");

@@ -20,17 +20,15 @@
 //! every change.)
 
 use std::collections::HashMap;
-
-use crate::admission::ports::ProvenCallers;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::probe::PROOF_TTL;
+use crate::admission::ports::ProvenCallers;
 
 /// Changes that never showed, with none that did, before a caller is no longer waited for.
 pub const STRIKES: u32 = 5;
 /// Callers remembered at most; past it, those with no change shown are forgotten.
 const MAX_CALLERS: usize = 4096;
-/// Proven callers the record keeps at most: the API server's addresses, a few.
-pub const MAX_PROVEN: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trust {
@@ -41,50 +39,72 @@ pub enum Trust {
 
 #[derive(Default)]
 pub struct Callers {
-    by_address: Mutex<HashMap<String, Counts>>,
-    /// A caller proven here that the record may not name yet.
-    unpublished: AtomicBool,
+    known: Mutex<Known>,
+}
+
+#[derive(Default)]
+struct Known {
+    by_address: HashMap<String, Counts>,
+    /// The proven callers as the record last named them (address -> when last proven).
+    proven: ProvenCallers,
 }
 
 #[derive(Default, Clone, Copy)]
 struct Counts {
-    proven: u32,
     shown: u32,
     never_shown: u32,
-    /// Changes that never showed since the last proof (a change merely shown resets nothing:
-    /// anyone's forged UPDATE of a quota someone else changes shows).
+    /// Changes that never showed since the caller was last proven (a change merely shown resets
+    /// nothing: anyone's forged UPDATE of a quota someone else changes shows).
     never_shown_run: u32,
 }
 
 /// What became of a recorded change a replica looked at while it was pending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sighting {
-    /// Sent a probe a replica made (`probe.rs`): only the API server can.
-    Proven,
     /// Showed, which anyone's forged UPDATE can seem to do.
     Shown,
     NeverShown,
 }
 
+impl Known {
+    /// Proven, and not so long ago that the proof has expired.
+    fn proven(&self, caller: &str, now: i64) -> bool {
+        let ttl = PROOF_TTL.as_secs() as i64;
+        self.proven
+            .get(caller)
+            .is_some_and(|at| now.saturating_sub(*at) <= ttl)
+    }
+
+    /// Proven, and its changes not failing lately.
+    fn good(&self, caller: &str, now: i64) -> bool {
+        self.proven(caller, now)
+            && self
+                .by_address
+                .get(caller)
+                .is_none_or(|c| c.never_shown_run < STRIKES)
+    }
+
+    fn counts(&self, caller: &str) -> Counts {
+        self.by_address.get(caller).copied().unwrap_or_default()
+    }
+}
+
 impl Callers {
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A change of `caller`'s was looked at: what became of it.
     pub fn judge(&self, caller: Option<&str>, sighting: Sighting) {
         let Some(caller) = caller else { return };
-        let mut by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        if by.len() >= MAX_CALLERS && !by.contains_key(caller) {
-            // The trusted are the API server's addresses (proof cannot be forged): a few.
-            by.retain(|_, c| c.proven > 0);
+        let mut known = self.known();
+        let Known { by_address, proven } = &mut *known;
+        if by_address.len() >= MAX_CALLERS && !by_address.contains_key(caller) {
+            // The API server's addresses (a proof cannot be forged) are a few.
+            by_address.retain(|a, _| proven.contains_key(a));
         }
-        let counts = by.entry(caller.to_owned()).or_default();
+        let counts = by_address.entry(caller.to_owned()).or_default();
         match sighting {
-            Sighting::Proven => {
-                if counts.proven == 0 {
-                    self.unpublished.store(true, Ordering::Relaxed);
-                }
-                counts.proven = counts.proven.saturating_add(1);
-                counts.shown = counts.shown.saturating_add(1);
-                counts.never_shown_run = 0;
-            }
             Sighting::Shown => counts.shown = counts.shown.saturating_add(1),
             Sighting::NeverShown => {
                 counts.never_shown = counts.never_shown.saturating_add(1);
@@ -93,48 +113,28 @@ impl Callers {
         }
     }
 
-    /// Takes the callers another replica proved, as the record names them.
+    /// Takes the proven callers as the record names them: a proof renewed since the last read
+    /// ends its caller's run of changes that never showed.
     pub fn adopt(&self, proven: &ProvenCallers) {
-        if proven.is_empty() {
-            return;
+        let mut known = self.known();
+        for (caller, at) in proven {
+            if known.proven.get(caller).is_none_or(|before| before < at)
+                && let Some(counts) = known.by_address.get_mut(caller)
+            {
+                counts.never_shown_run = 0;
+            }
         }
-        let mut by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        for caller in proven.iter().take(MAX_PROVEN) {
-            let counts = by.entry(caller.clone()).or_default();
-            counts.proven = counts.proven.max(1);
-        }
+        known.proven = proven.clone();
     }
 
-    /// The record's proven callers with those proven here that it lacks added last, up to
-    /// [`MAX_PROVEN`]: a proof never leaves the record (dropping the oldest would let proofs that
-    /// came later, forged or not, push out the API server's).
-    pub fn proven_with(&self, record: &ProvenCallers) -> ProvenCallers {
-        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        let mut mine: Vec<&String> = by
-            .iter()
-            .filter(|(caller, c)| c.proven > 0 && !record.contains(caller))
-            .map(|(caller, _)| caller)
-            .collect();
-        mine.sort();
-        let room = MAX_PROVEN.saturating_sub(record.len());
-        let mut all = record.clone();
-        all.extend(mine.into_iter().take(room).cloned());
-        all
-    }
-
-    /// Whether a caller was proven here since the last call: the record should be told.
-    pub fn take_unpublished(&self) -> bool {
-        self.unpublished.swap(false, Ordering::Relaxed)
-    }
-
-    /// Whether a trusted caller's last [`STRIKES`] changes all never showed: its entries are then
+    /// Whether a proven caller's last [`STRIKES`] changes all never showed: its entries are then
     /// waited for no longer than an unknown caller's past a request's wait (the API server's
-    /// changes denied by a later webhook, or a caller whose proof was forged, cannot hold keys for
-    /// long again and again).
+    /// changes denied by a later webhook cannot hold keys for long again and again).
     pub fn failing_lately(&self, caller: Option<&str>) -> bool {
         let Some(caller) = caller else { return false };
-        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        by.get(caller).is_some_and(|c| c.proven > 0 && !c.good())
+        let known = self.known();
+        let now = super::probe::now();
+        known.proven(caller, now) && !known.good(caller, now)
     }
 
     /// Whether changes of `caller` are no longer waited for.
@@ -143,46 +143,43 @@ impl Callers {
     }
 
     /// Whether a change of `caller` is checked against the cache without being recorded: the
-    /// caller is distrusted, or nothing is known of it while a proven caller's changes show (the
-    /// API server, as it calls). A proven caller is always recorded, failing lately or not: any
+    /// caller is distrusted, or it is not proven while a proven caller's changes show (the API
+    /// server, as it calls). A proven caller is always recorded, failing lately or not: any
     /// tenant can make the API server's changes fail to show (no-op UPDATEs it never stores), and
-    /// unrecording it let two of its racing siblings both in (`tests/proof.rs`). A change without
+    /// unrecording it let two of its racing siblings both in (`tests/failing.rs`). A change without
     /// a caller (no server in front: the `review` command) is recorded.
     pub fn unrecorded(&self, caller: Option<&str>) -> bool {
         let Some(caller) = caller else {
             return false;
         };
-        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        let counts = by.get(caller).copied().unwrap_or_default();
-        if counts.distrusted() {
+        let known = self.known();
+        let now = super::probe::now();
+        if known.counts(caller).distrusted() && !known.proven(caller, now) {
             return true;
         }
-        counts.proven == 0 && by.values().any(Counts::good)
+        !known.proven(caller, now) && known.proven.keys().any(|a| known.good(a, now))
     }
 
-    /// What is known of `caller`: a probe of its proven (the API server's), [`STRIKES`] changes
+    /// What is known of `caller`: proven by a probe (the API server's), [`STRIKES`] changes
     /// never showed and none did, or neither yet (and a change recorded without a caller).
     pub fn trust(&self, caller: Option<&str>) -> Trust {
         let Some(caller) = caller else {
             return Trust::Unknown;
         };
-        let by = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
-        match by.get(caller) {
-            Some(c) if c.proven > 0 => Trust::Trusted,
-            Some(c) if c.distrusted() => Trust::Distrusted,
-            _ => Trust::Unknown,
+        let known = self.known();
+        if known.proven(caller, super::probe::now()) {
+            Trust::Trusted
+        } else if known.counts(caller).distrusted() {
+            Trust::Distrusted
+        } else {
+            Trust::Unknown
         }
     }
 }
 
 impl Counts {
     fn distrusted(&self) -> bool {
-        self.proven == 0 && self.never_shown >= STRIKES && self.shown == 0
-    }
-
-    /// Proven, and its changes not failing lately.
-    fn good(&self) -> bool {
-        self.proven > 0 && self.never_shown_run < STRIKES
+        self.never_shown >= STRIKES && self.shown == 0
     }
 }
 
@@ -190,10 +187,15 @@ impl Counts {
 mod tests {
     use super::*;
 
+    fn proven(callers: &[&str]) -> ProvenCallers {
+        let now = super::super::probe::now();
+        callers.iter().map(|c| ((*c).to_owned(), now)).collect()
+    }
+
     #[test]
     fn a_proven_caller_whose_changes_stop_showing_is_failing_lately_until_proven_again() {
         let callers = Callers::default();
-        callers.judge(Some("10.0.0.1"), Sighting::Proven);
+        callers.adopt(&proven(&["10.0.0.1"]));
         for _ in 0..STRIKES - 1 {
             callers.judge(Some("10.0.0.1"), Sighting::NeverShown);
         }
@@ -210,14 +212,18 @@ mod tests {
             "alone, still recorded"
         );
         // Beside another proven caller, a failing one is still recorded.
-        callers.judge(Some("10.0.0.2"), Sighting::Proven);
+        let mut both = proven(&["10.0.0.1", "10.0.0.2"]);
+        callers.adopt(&both);
         assert!(!callers.unrecorded(Some("10.0.0.1")));
         assert!(!callers.unrecorded(Some("10.0.0.2")));
         // A change merely shown does not end the run (anyone's forged UPDATE can show); a proof
-        // does.
+        // renewed does.
         callers.judge(Some("10.0.0.1"), Sighting::Shown);
         assert!(callers.failing_lately(Some("10.0.0.1")));
-        callers.judge(Some("10.0.0.1"), Sighting::Proven);
+        callers.adopt(&both);
+        assert!(callers.failing_lately(Some("10.0.0.1")), "the same proof");
+        *both.get_mut("10.0.0.1").unwrap() += 1;
+        callers.adopt(&both);
         assert!(!callers.failing_lately(Some("10.0.0.1")));
     }
 
@@ -234,37 +240,19 @@ mod tests {
     }
 
     #[test]
-    fn a_proof_is_published_once_and_adopted_by_other_replicas() {
-        let here = Callers::default();
-        here.judge(Some("10.0.0.1"), Sighting::Proven);
-        assert!(here.take_unpublished());
-        here.judge(Some("10.0.0.1"), Sighting::Proven);
-        assert!(
-            !here.take_unpublished(),
-            "one proof of a caller is published once"
-        );
-        let record = here.proven_with(&Vec::new());
-        assert_eq!(record, ["10.0.0.1"]);
-        // Another replica, which has seen nothing yet, reads the record.
-        let there = Callers::default();
-        assert!(!there.unrecorded(Some("10.1.0.9")));
-        there.adopt(&record);
-        assert!(!there.unrecorded(Some("10.0.0.1")));
-        assert!(there.unrecorded(Some("10.1.0.9")));
-        assert!(
-            !there.take_unpublished(),
-            "an adopted proof is not published again"
-        );
-        // A proof never leaves the record: once it holds MAX_PROVEN, later ones are not added
-        // (so proofs that come later cannot push out the API server's, the oldest).
-        let mut record: ProvenCallers =
-            (0..MAX_PROVEN - 1).map(|i| format!("10.9.0.{i}")).collect();
-        record = here.proven_with(&record);
-        assert_eq!(record.len(), MAX_PROVEN);
-        assert_eq!(record.last().map(String::as_str), Some("10.0.0.1"));
-        here.judge(Some("10.0.0.2"), Sighting::Proven);
-        assert_eq!(here.proven_with(&record), record, "full: unchanged");
-        assert_eq!(record[0], "10.9.0.0");
+    fn an_expired_proof_unrecords_nobody_and_trusts_nobody() {
+        let callers = Callers::default();
+        let long_ago = super::super::probe::now() - PROOF_TTL.as_secs() as i64 - 1;
+        callers.adopt(&ProvenCallers::from([("10.0.0.1".to_owned(), long_ago)]));
+        assert_eq!(callers.trust(Some("10.0.0.1")), Trust::Unknown);
+        assert!(!callers.unrecorded(Some("10.9.9.9")));
+        // A fresh proof of another address: only it is recorded.
+        callers.adopt(&ProvenCallers::from([
+            ("10.0.0.1".to_owned(), long_ago),
+            ("10.0.0.3".to_owned(), super::super::probe::now()),
+        ]));
+        assert!(callers.unrecorded(Some("10.0.0.1")));
+        assert!(!callers.unrecorded(Some("10.0.0.3")));
     }
 
     #[test]
@@ -276,11 +264,11 @@ mod tests {
         assert!(!callers.distrusted(Some("10.0.0.66")));
         callers.judge(Some("10.0.0.66"), Sighting::NeverShown);
         assert!(callers.distrusted(Some("10.0.0.66")));
-        // One proven change makes a caller trusted, however many never show.
+        // A proven caller is trusted, however many never show.
         for _ in 0..10 {
             callers.judge(Some("10.0.0.1"), Sighting::NeverShown);
         }
-        callers.judge(Some("10.0.0.1"), Sighting::Proven);
+        callers.adopt(&proven(&["10.0.0.1"]));
         assert_eq!(callers.trust(Some("10.0.0.1")), Trust::Trusted);
         // A change that showed keeps a caller from distrust, and earns no trust.
         for _ in 0..STRIKES {
@@ -299,16 +287,15 @@ mod tests {
         assert!(callers.unrecorded(Some("10.0.0.66")));
         assert!(!callers.unrecorded(Some("10.0.0.1")));
         assert!(!callers.unrecorded(None));
-        // A flood of callers forgets the distrusted ones first, never a trusted one.
+        // A flood of callers forgets the others first, never a proven one's counts.
         for i in 0..MAX_CALLERS {
             callers.judge(Some(&format!("f{i}")), Sighting::NeverShown);
         }
-        // Callers whose changes merely showed do not fill it either (a forger's addresses).
         for i in 0..MAX_CALLERS * 2 {
             callers.judge(Some(&format!("s{i}")), Sighting::Shown);
         }
-        assert!(callers.by_address.lock().unwrap().len() <= MAX_CALLERS);
+        assert!(callers.known().by_address.len() <= MAX_CALLERS);
         assert!(!callers.distrusted(Some("10.0.0.1")));
-        assert!(callers.by_address.lock().unwrap().get("10.0.0.1").is_some());
+        assert!(callers.known().by_address.contains_key("10.0.0.1"));
     }
 }

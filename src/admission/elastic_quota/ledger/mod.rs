@@ -44,9 +44,9 @@
 //! called: `admission/caller.rs`), so one caller's backlog cannot starve another's change. A request
 //! gets a retryable denial (429), never a wrong admission, only when changes under its keys kept
 //! being recorded ahead of it for [`GIVE_UP`]; a caller none of whose changes ever shows is, after
-//! a few, not waited for at all; and once a replica has answered a probe one of the replicas made
-//! through the API server (`probe.rs`), the API server's address is written into the record and no
-//! replica records a change of any caller nothing is known of (`callers.rs`).
+//! a few, not waited for at all; and once a replica's probe through the API server has been
+//! answered (`probe.rs`), the API server's address is in the record and no replica records a
+//! change of any caller not proven (`callers.rs`).
 //! Dry runs change nothing and skip the ledger.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -112,6 +112,8 @@ struct Inner {
     /// When each caller last had a change written: of callers in the same turn, the one written
     /// longest ago goes first.
     won: Mutex<HashMap<Option<std::net::IpAddr>, Instant>>,
+    /// The replica's prober, woken by a change of a caller no proof names (`Ledger::nudging`).
+    nudge: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// The record as this replica last read or wrote it.
@@ -175,20 +177,18 @@ impl Ledger {
                 queue: Mutex::default(),
                 known: tokio::sync::Mutex::default(),
                 won: Mutex::default(),
+                nudge: None,
             }),
         }
     }
 
-    /// `caller` sent a probe one of the replicas made (`probe.rs`): the API server. Every replica
-    /// learns it from the record, written in the background.
-    pub fn prove(&self, caller: Option<std::net::IpAddr>) {
-        let Some(caller) = caller else { return };
-        let caller = caller.to_string();
-        self.inner
-            .sightings
-            .callers
-            .judge(Some(&caller), callers::Sighting::Proven);
-        self.inner.publish_if_proven();
+    /// Wakes `nudge` (the replica's prober) when a change comes from a caller no proof names while
+    /// another is proven: if it is the API server calling from a new address, a probe proves it.
+    pub fn nudging(mut self, nudge: Option<Arc<tokio::sync::Notify>>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.nudge = nudge;
+        }
+        self
     }
 
     /// Admits one change: waits for the last change of each of its keys (`keys`, read again after
@@ -215,7 +215,11 @@ impl Ledger {
             // never writes the record), and watched like a recorded one: if it shows, its caller
             // is no longer distrusted.
             self.inner.sightings.judge_pending(cache);
-            self.inner.publish_if_proven();
+            if let Some(nudge) = &self.inner.nudge
+                && !self.inner.sightings.callers.distrusted(caller.as_deref())
+            {
+                nudge.notify_one();
+            }
             let applied = check()?;
             self.inner
                 .sightings
@@ -229,7 +233,6 @@ impl Ledger {
             let snapshot = self.inner.snapshot().await.map_err(|e| unavailable(&e))?;
             let record = &snapshot.record;
             self.inner.sightings.judge_pending(cache);
-            self.inner.publish_if_proven();
             let wanted = keys();
             for last in waited_for(&record.last, &wanted, &change.id) {
                 let first_seen = self.inner.sightings.first_seen(last);
@@ -460,7 +463,7 @@ impl Inner {
                     |k| stored.holds(k),
                 )
             };
-            let proven = self.sightings.callers.proven_with(&record.proven);
+            let proven = record.proven.clone();
             match self
                 .call(self.store.write(&record.version, &next, &proven))
                 .await
@@ -495,61 +498,6 @@ impl Inner {
             }
         }
         reply_all(queued, || Verdict::Stale);
-    }
-
-    /// Once a caller is proven here, writes it into the record (its entries unchanged) unless
-    /// the record names it already, in the background: every replica then stops recording changes
-    /// from callers nothing is known of.
-    fn publish_if_proven(self: &Arc<Self>) {
-        if self.sightings.callers.take_unpublished() {
-            tokio::spawn(self.clone().publish_proof());
-        }
-    }
-
-    async fn publish_proof(self: Arc<Self>) {
-        let mut known = self.known.lock().await;
-        for _ in 0..FLUSH_ATTEMPTS {
-            let record = match &known.record {
-                Some(record) => record.clone(),
-                None => match self.reread(&mut known).await {
-                    Ok(record) => record,
-                    Err(_) => return,
-                },
-            };
-            let proven = self.sightings.callers.proven_with(&record.proven);
-            if proven == record.proven {
-                return;
-            }
-            match self
-                .call(self.store.write(&record.version, &record.last, &proven))
-                .await
-            {
-                Ok(version) => {
-                    // A write of this replica's that moved no key.
-                    known.writes += 1;
-                    let writes = known.writes;
-                    known.recent.push_back((writes, BTreeSet::new()));
-                    if known.recent.len() > RECENT_WRITES {
-                        known.recent.pop_front();
-                    }
-                    known.record = Some(Arc::new(LedgerRecord {
-                        version,
-                        last: record.last.clone(),
-                        proven,
-                    }));
-                    return;
-                }
-                Err(StoreError::Conflict) => {
-                    if self.reread(&mut known).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => {
-                    known.record = None;
-                    return;
-                }
-            }
-        }
     }
 
     fn note_won(&self, batch: &[Queued]) {

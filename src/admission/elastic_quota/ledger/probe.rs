@@ -1,38 +1,51 @@
-//! How a replica learns the API server's address without client authentication: each replica
-//! asks the API server for a dry-run create of one ElasticQuota ([`PROBE_NAME`] in its own
-//! namespace) that carries a token in an annotation ([`PROBE_ANNOTATION`]); the API server sends
-//! that request to the validating webhook like any other, and the replica answering it, this one
-//! or another, checks the token and proves the review's caller (`Ledger::prove`).
+//! How replicas learn the API server's address without client authentication: each replica asks
+//! the API server for a dry-run apply of one ElasticQuota ([`PROBE_NAME`] in its own namespace)
+//! that carries a token in an annotation ([`PROBE_ANNOTATION`]); the API server sends that request
+//! to the validating webhook like any other, and the replica answering it, this one or another,
+//! checks the token and answers with a warning naming the address the review came from, MACed
+//! ([`answer`]). The API server hands the warning back to the replica that asked, in its response;
+//! that replica checks it ([`read_answer`]) and writes the address into the ledger's record
+//! ([`publish`]), where every replica reads it.
 //!
 //! A token is a MAC over its time and a random nonce, keyed by a secret derived from the serving
 //! key that every replica loads ([`ProbeSecret`]): a review carrying a valid one was built from a
-//! request one of the replicas made, and nobody but the API server (and the webhooks it calls)
-//! sees that request. A token is taken once and only for [`VALID_FOR`], so one copied out of an
-//! audit log later proves nothing. Unlike a CREATE that shows with the uid its review carried
-//! (the proof this replaced), no caller can race anything to make one: a tenant allowed to create
-//! quotas cannot prove its own address.
+//! request one of the replicas made. Only the replica that made the request publishes, and only
+//! what the API server answered it: a token copied out of an audit log or another webhook and
+//! replayed to a replica gets the replayer a warning naming itself, which no replica reads. Unlike
+//! a CREATE that shows with the uid its review carried (the proof this replaced), no caller can race
+//! anything to make one: a tenant allowed to create quotas cannot prove its own address.
+//!
+//! A proof is kept with when it was last made ([`ProvenCallers`]); every probe renews it, and one
+//! not renewed for [`PROOF_TTL`] is dropped, so an address the API server no longer calls from
+//! (a control-plane node replaced) is not trusted for long and does not fill the record.
 
-use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use ring::hmac;
 
-use crate::admission::ports::ProbeSecret;
+use crate::admission::ports::{LedgerStore, ProbeSecret, ProvenCallers, StoreError};
 
 /// The ElasticQuota every probe names, in the operator's namespace; never stored (dry run).
 pub const PROBE_NAME: &str = "koord-webhook-probe";
 /// Where the token rides.
 pub const PROBE_ANNOTATION: &str = "koord-webhook.koordinator.sh/api-server-probe";
-/// How long after it was made a token proves its caller.
-pub const VALID_FOR: Duration = Duration::from_secs(60);
+/// How long after it was made a token is answered (the API server's webhook timeout is 30 s at
+/// most), and how far ahead of a replica's clock it may be.
+pub const VALID_FOR: Duration = Duration::from_secs(30);
+/// A proof not renewed for this long is dropped (each replica probes every 2 minutes).
+pub const PROOF_TTL: Duration = Duration::from_secs(10 * 60);
+/// Proven addresses the record keeps at most: past it, the least recently proven is dropped.
+pub const MAX_PROVEN: usize = 16;
+/// The answer's warning starts with this.
+const ANSWER_PREFIX: &str = "koord-webhook api-server probe answered:";
 /// A token is far shorter; a longer value is not looked at.
 const MAX_TOKEN: usize = 128;
-/// Tokens remembered as taken; past it, the oldest are forgotten (they expire anyway, and only
-/// the replicas can make them: a few a minute).
-const MAX_TAKEN: usize = 1024;
 const VERSION: &str = "v1";
+/// Conditional writes one publish tries.
+const PUBLISH_ATTEMPTS: usize = 4;
 
-/// Why a review's token proves nothing.
+/// Why a review's token is not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
     #[error("the token is not of the form v1.<seconds>.<nonce>.<mac>")]
@@ -41,8 +54,6 @@ pub enum ProbeError {
     Mac,
     #[error("the token is older than {VALID_FOR:?} or from the future")]
     Expired,
-    #[error("the token was taken already")]
-    Taken,
     #[error("no serving key is loaded")]
     NoSecret,
 }
@@ -59,9 +70,13 @@ pub fn fresh_token(secret: &ProbeSecret) -> String {
     use ring::rand::SecureRandom;
     let mut nonce = [0u8; 16];
     // The system's randomness does not fail on the systems this runs on; a zero nonce would
-    // only make this one token a repeat, refused as taken.
+    // only make this one token a repeat of another.
     let _ = ring::rand::SystemRandom::new().fill(&mut nonce);
-    token(secret, jiff::Timestamp::now().as_second(), nonce)
+    token(secret, now(), nonce)
+}
+
+pub fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
 }
 
 fn key(secret: &ProbeSecret) -> hmac::Key {
@@ -72,56 +87,102 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The tokens taken, each with when it expires.
-#[derive(Default)]
-pub struct TakenTokens {
-    taken: std::sync::Mutex<HashMap<String, i64>>,
-}
-
-impl TakenTokens {
-    /// Checks `token` against `secret` at `now` and takes it: `Ok` once per valid token.
-    pub fn take(&self, secret: &ProbeSecret, token: &str, now: i64) -> Result<(), ProbeError> {
-        if token.len() > MAX_TOKEN {
-            return Err(ProbeError::Malformed);
-        }
-        let (signed, mac) = token.rsplit_once('.').ok_or(ProbeError::Malformed)?;
-        let mut parts = signed.split('.');
-        let (Some(VERSION), Some(at), Some(nonce), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(ProbeError::Malformed);
-        };
-        let at: i64 = at.parse().map_err(|_| ProbeError::Malformed)?;
-        if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ProbeError::Malformed);
-        }
-        let mac = unhex(mac).ok_or(ProbeError::Malformed)?;
-        hmac::verify(&key(secret), signed.as_bytes(), &mac).map_err(|_| ProbeError::Mac)?;
-        let valid_for = VALID_FOR.as_secs() as i64;
-        // A little skew between replicas' clocks is allowed the other way.
-        if at > now + 5 || now.saturating_sub(at) > valid_for {
-            return Err(ProbeError::Expired);
-        }
-        let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
-        taken.retain(|_, expires| *expires >= now);
-        if taken.contains_key(nonce) {
-            return Err(ProbeError::Taken);
-        }
-        if taken.len() >= MAX_TAKEN
-            && let Some(oldest) = taken
-                .iter()
-                .min_by_key(|(_, expires)| **expires)
-                .map(|(n, _)| n.clone())
-        {
-            taken.remove(&oldest);
-        }
-        taken.insert(nonce.to_owned(), at + valid_for);
-        Ok(())
+/// Checks a probe's token at `now`: its nonce (hex) if it is one of the replicas' and fresh.
+pub fn check(secret: &ProbeSecret, token: &str, now: i64) -> Result<String, ProbeError> {
+    if token.len() > MAX_TOKEN {
+        return Err(ProbeError::Malformed);
     }
+    let (signed, mac) = token.rsplit_once('.').ok_or(ProbeError::Malformed)?;
+    let mut parts = signed.split('.');
+    let (Some(VERSION), Some(at), Some(nonce), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(ProbeError::Malformed);
+    };
+    let at: i64 = at.parse().map_err(|_| ProbeError::Malformed)?;
+    if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ProbeError::Malformed);
+    }
+    let mac = unhex(mac).ok_or(ProbeError::Malformed)?;
+    hmac::verify(&key(secret), signed.as_bytes(), &mac).map_err(|_| ProbeError::Mac)?;
+    let valid_for = VALID_FOR.as_secs() as i64;
+    if at.abs_diff(now) > valid_for as u64 {
+        return Err(ProbeError::Expired);
+    }
+    Ok(nonce.to_owned())
 }
 
+/// The warning a replica answers a probe's review with: the nonce, the address the review came
+/// from, and a MAC over both.
+pub fn answer(secret: &ProbeSecret, nonce: &str, caller: IpAddr) -> String {
+    let signed = format!("{nonce} {caller}");
+    let mac = hmac::sign(&key(secret), format!("answer {signed}").as_bytes());
+    format!("{ANSWER_PREFIX} {signed} {}", hex(mac.as_ref()))
+}
+
+/// The address a warning of the API server's response names, if it is a replica's answer to the
+/// probe whose token was `token`.
+pub fn read_answer(secret: &ProbeSecret, token: &str, warning: &str) -> Option<IpAddr> {
+    let rest = warning.find(ANSWER_PREFIX).map(|at| &warning[at..])?;
+    let rest = rest.strip_prefix(ANSWER_PREFIX)?.trim();
+    let rest = rest.trim_end_matches('"');
+    let mut parts = rest.split(' ');
+    let (Some(nonce), Some(caller), Some(mac), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let mine = token.split('.').nth(2)?;
+    if nonce != mine {
+        return None;
+    }
+    let signed = format!("answer {nonce} {caller}");
+    hmac::verify(&key(secret), signed.as_bytes(), &unhex(mac)?).ok()?;
+    caller.parse().ok()
+}
+
+/// `proven` with `caller` proven at `now`: those older than [`PROOF_TTL`] dropped, then the
+/// least recently proven past [`MAX_PROVEN`].
+pub fn with_proof(proven: &ProvenCallers, caller: &str, now: i64) -> ProvenCallers {
+    let ttl = PROOF_TTL.as_secs() as i64;
+    let mut next: ProvenCallers = proven
+        .iter()
+        .filter(|(_, at)| now.saturating_sub(**at) <= ttl)
+        .map(|(a, at)| (a.clone(), *at))
+        .collect();
+    next.insert(caller.to_owned(), now);
+    while next.len() > MAX_PROVEN {
+        let oldest = next
+            .iter()
+            .min_by_key(|(_, at)| **at)
+            .map(|(a, _)| a.clone());
+        match oldest {
+            Some(a) => next.remove(&a),
+            None => break,
+        };
+    }
+    next
+}
+
+/// Writes `caller`, proven at `now`, into the record (its entries unchanged), again after a
+/// conflict.
+pub async fn publish(store: &dyn LedgerStore, caller: &str, now: i64) -> Result<(), StoreError> {
+    let mut last = StoreError::Conflict;
+    for _ in 0..PUBLISH_ATTEMPTS {
+        let record = store.read().await?;
+        let proven = with_proof(&record.proven, caller, now);
+        match store.write(&record.version, &record.last, &proven).await {
+            Ok(_) => return Ok(()),
+            Err(StoreError::Conflict) => last = StoreError::Conflict,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// Lower-case hex only, as [`hex`] writes it: one spelling per value.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     (0..s.len())
@@ -139,44 +200,28 @@ mod tests {
     }
 
     #[test]
-    fn a_token_proves_once_within_its_time_under_the_key_that_made_it() {
-        let taken = TakenTokens::default();
+    fn a_token_is_answered_within_its_time_under_the_key_that_made_it() {
         let t = token(&secret(1), 1000, [7; 16]);
-        assert_eq!(taken.take(&secret(2), &t, 1000), Err(ProbeError::Mac));
-        assert_eq!(
-            taken.take(&secret(1), &t, 1000 + 61),
-            Err(ProbeError::Expired)
-        );
-        assert_eq!(
-            taken.take(&secret(1), &t, 1000 - 6),
-            Err(ProbeError::Expired)
-        );
-        assert_eq!(taken.take(&secret(1), &t, 1030), Ok(()));
-        assert_eq!(taken.take(&secret(1), &t, 1031), Err(ProbeError::Taken));
-        // Another nonce, the same second: a token of its own.
-        let u = token(&secret(1), 1000, [8; 16]);
-        assert_eq!(taken.take(&secret(1), &u, 1031), Ok(()));
+        assert_eq!(check(&secret(2), &t, 1000), Err(ProbeError::Mac));
+        assert_eq!(check(&secret(1), &t, 1000 + 31), Err(ProbeError::Expired));
+        assert_eq!(check(&secret(1), &t, 1000 - 31), Err(ProbeError::Expired));
+        assert_eq!(check(&secret(1), &t, 1030), Ok("07".repeat(16)));
     }
 
     #[test]
-    fn a_token_changed_anywhere_proves_nothing() {
+    fn a_token_changed_anywhere_is_not_answered() {
         let t = token(&secret(1), 1000, [7; 16]);
         for i in 0..t.len() {
-            for replacement in ['0', 'f', '.', '9', 'x'] {
+            for replacement in ['0', 'f', '.', '9', 'x', 'F', '+'] {
                 let mut changed: Vec<char> = t.chars().collect();
                 if changed[i] == replacement {
                     continue;
                 }
                 changed[i] = replacement;
                 let changed: String = changed.into_iter().collect();
-                let taken = TakenTokens::default();
-                assert!(
-                    taken.take(&secret(1), &changed, 1000).is_err(),
-                    "{changed} proved"
-                );
+                assert!(check(&secret(1), &changed, 1000).is_err(), "{changed}");
             }
         }
-        let taken = TakenTokens::default();
         for bad in [
             "",
             "v1",
@@ -185,19 +230,54 @@ mod tests {
             &"a".repeat(10_000),
             "v1.-1.x.y",
         ] {
-            assert!(taken.take(&secret(1), bad, 1000).is_err(), "{bad}");
+            assert!(check(&secret(1), bad, 1000).is_err(), "{bad}");
         }
     }
 
     #[test]
-    fn taken_tokens_are_bounded() {
-        let taken = TakenTokens::default();
-        for i in 0..(MAX_TAKEN as u32 + 50) {
-            let mut nonce = [0u8; 16];
-            nonce[..4].copy_from_slice(&i.to_le_bytes());
-            let t = token(&secret(1), 1000, nonce);
-            assert_eq!(taken.take(&secret(1), &t, 1000), Ok(()));
+    fn only_an_answer_to_this_probe_under_this_key_names_an_address() {
+        let t = token(&secret(1), 1000, [7; 16]);
+        let nonce = check(&secret(1), &t, 1000).unwrap();
+        let api_server: IpAddr = "10.0.0.1".parse().unwrap();
+        let warning = answer(&secret(1), &nonce, api_server);
+        // As the API server hands it back: in a Warning header's quoted text.
+        let header = format!("299 - \"{warning}\"");
+        assert_eq!(read_answer(&secret(1), &t, &header), Some(api_server));
+        assert_eq!(read_answer(&secret(2), &t, &header), None, "another key");
+        let other = token(&secret(1), 1000, [8; 16]);
+        assert_eq!(
+            read_answer(&secret(1), &other, &header),
+            None,
+            "another probe"
+        );
+        let forged = header.replace("10.0.0.1", "10.66.0.1");
+        assert_eq!(
+            read_answer(&secret(1), &t, &forged),
+            None,
+            "another address"
+        );
+        assert_eq!(read_answer(&secret(1), &t, "299 - \"a warning\""), None);
+    }
+
+    #[test]
+    fn proofs_expire_and_the_record_keeps_the_most_recent() {
+        let ttl = PROOF_TTL.as_secs() as i64;
+        let mut proven = ProvenCallers::new();
+        for i in 0..MAX_PROVEN + 4 {
+            proven = with_proof(&proven, &format!("10.9.0.{i}"), 1000 + i as i64);
         }
-        assert!(taken.taken.lock().unwrap().len() <= MAX_TAKEN);
+        assert_eq!(proven.len(), MAX_PROVEN);
+        assert!(!proven.contains_key("10.9.0.0"), "the least recent goes");
+        assert!(proven.contains_key(&format!("10.9.0.{}", MAX_PROVEN + 3)));
+        // Renewed, an address stays; not renewed past the TTL, the others go.
+        let later = 1000 + ttl + 10;
+        let renewed = with_proof(&proven, "10.0.0.1", later);
+        assert_eq!(
+            renewed.len(),
+            1 + proven.values().filter(|at| later - **at <= ttl).count()
+        );
+        let much_later = later + ttl + 1;
+        let after = with_proof(&renewed, "10.0.0.2", much_later);
+        assert_eq!(after.keys().collect::<Vec<_>>(), ["10.0.0.2"]);
     }
 }

@@ -301,7 +301,7 @@ async fn a_replica_started_after_the_proof_knows_the_api_server_from_the_record(
     let api_server = Some(std::net::IpAddr::from([10, 0, 0, 1]));
     // A probe answered by replica a.
     prove_api_server(&a).await;
-    assert_eq!(store.read().await.unwrap().proven, ["10.0.0.1"]);
+    assert_eq!(names(&store.read().await.unwrap().proven), ["10.0.0.1"]);
     // Replica b starts now: a forger's change through it is admitted, and not recorded.
     let b = Ledger::new(store.clone());
     let forger = Some(std::net::IpAddr::from([10, 7, 0, 1]));

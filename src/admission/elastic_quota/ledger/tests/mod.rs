@@ -54,11 +54,20 @@ async fn flood(
     futures::future::join_all(forgers).await;
 }
 
-/// Proves the API server (10.0.0.1) to `ledger`, as its answer to a probe does, and lets it
-/// publish the proof.
+/// Proves the API server (10.0.0.1) as a replica whose probe was answered does: into the record
+/// `ledger` writes to; `ledger` reads it at once (another replica reads it at its next read).
 async fn prove_api_server(ledger: &Ledger) {
-    ledger.prove(Some(std::net::IpAddr::from([10, 0, 0, 1])));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let now = super::probe::now();
+    super::probe::publish(ledger.inner.store.as_ref(), "10.0.0.1", now)
+        .await
+        .unwrap();
+    let mut known = ledger.inner.known.lock().await;
+    ledger.inner.reread(&mut known).await.unwrap();
+}
+
+/// The addresses a record names as proven.
+fn names(proven: &ProvenCallers) -> Vec<&str> {
+    proven.keys().map(String::as_str).collect()
 }
 
 /// One of two real sibling CREATEs racing from the API server (10.0.0.1): `me` through `ledger`
@@ -492,5 +501,6 @@ fn changes_become_visible_by_kind() {
 mod attack;
 mod failing;
 mod forged;
+mod probe_attack;
 mod proof;
 mod record;

@@ -12,7 +12,8 @@
 use super::forged::{real_changes, shared};
 use super::*;
 use crate::admission::caller::answering_for;
-use crate::admission::elastic_quota::ledger::callers::{MAX_PROVEN, Trust};
+use crate::admission::elastic_quota::ledger::callers::Trust;
+use crate::admission::elastic_quota::ledger::probe::MAX_PROVEN;
 use std::net::IpAddr;
 
 const API_SERVER: &str = "10.0.0.1";
@@ -108,7 +109,7 @@ async fn attack_a_forger_cannot_prove_itself_in_a_starting_replicas_window() {
     let trust = starting.inner.sightings.callers.trust(Some("10.66.0.1"));
     eprintln!("forger's trust on the starting replica: {trust:?}");
     assert!(
-        !record.proven.iter().any(|p| p == "10.66.0.1"),
+        !record.proven.contains_key("10.66.0.1"),
         "forger proven and published: {:?}",
         record.proven
     );
@@ -147,7 +148,7 @@ async fn attack_forged_proofs_cannot_evict_the_api_server_from_the_record() {
     // The API server is proven and published, through replica a.
     let a = Ledger::new(store.clone());
     prove_api_server(&a).await;
-    assert_eq!(store.read().await.unwrap().proven, [API_SERVER]);
+    assert_eq!(names(&store.read().await.unwrap().proven), [API_SERVER]);
     // A replica starts (rollout, eviction, scale-up): 16 forger Pods prove themselves through it.
     let starting = Ledger::new(store.clone());
     let its_writer = Mutex::new(CacheWriter::default());
@@ -161,7 +162,7 @@ async fn attack_forged_proofs_cannot_evict_the_api_server_from_the_record() {
     // then stops; quota changes are rare, so the record can stay so for long.
     let its_cache = its_writer.lock().unwrap().reader();
     let mut writes = 0;
-    while proven.iter().any(|p| p == API_SERVER) && writes < 40 {
+    while proven.contains_key(API_SERVER) && writes < 40 {
         writes += 1;
         let id = format!("rotate-{writes}");
         let _ = answering_for(
@@ -181,7 +182,7 @@ async fn attack_forged_proofs_cannot_evict_the_api_server_from_the_record() {
         "API server's trust on d: {:?}",
         d.inner.sightings.callers.trust(Some(API_SERVER))
     );
-    let evicted = !proven.iter().any(|p| p == API_SERVER);
+    let evicted = !proven.contains_key(API_SERVER);
     assert!(
         !(r1.is_ok() && r2.is_ok()),
         "both admitted (API server evicted from the record: {evicted})"
@@ -227,7 +228,7 @@ async fn control_an_unproven_forger_costs_nothing_once_the_api_server_is_proven(
     let (a, b) = (Ledger::new(store.clone()), Ledger::new(store.clone()));
     // Prove the API server through b.
     prove_api_server(&b).await;
-    assert_eq!(mem.read().await.unwrap().proven, [API_SERVER]);
+    assert_eq!(names(&mem.read().await.unwrap().proven), [API_SERVER]);
     let until = Instant::now() + Duration::from_secs(22);
     let forgers = flood(&a, &cache, ip("10.66.0.1"), 8, until, |id| {
         create(id, "forged")
@@ -270,7 +271,7 @@ proptest::proptest! {
             answering_for(api_server, two.admit(create("denied", "denied"), tree("k1"), &cache, || Ok(()))).await.unwrap();
             // a: a probe answered; a publishes.
             prove_api_server(&one).await;
-            let proven = mem.read().await.unwrap().proven;
+            let proven = names(&mem.read().await.unwrap().proven).iter().map(|s| s.to_string()).collect::<Vec<_>>();
             assert_eq!(two.inner.sightings.callers.trust(Some(API_SERVER)), Trust::Unknown);
             let forgers = racing.iter().copied().enumerate().map(|(i, (at, side))| {
                 let ledger = if side { &one } else { &two };
@@ -328,5 +329,5 @@ async fn a_caller_racing_the_watch_is_not_proven_and_costs_real_changes_nothing(
     let (took, _) = futures::join!(reals, forgers);
     eprintln!("real changes against a forger racing the watch: {took:?}");
     assert!(took.iter().all(|(o, _)| o.is_ok()), "{took:?}");
-    assert_eq!(mem.read().await.unwrap().proven, [API_SERVER]);
+    assert_eq!(names(&mem.read().await.unwrap().proven), [API_SERVER]);
 }
