@@ -182,6 +182,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             state.resolver.clone() as Arc<dyn ProbeSecrets>,
             record,
             nudge,
+            state.metrics.clone(),
         ));
         tasks.push(probes.abort_handle());
     }

@@ -19,6 +19,7 @@ use crate::admission::elastic_quota::ledger::probe::{
 };
 use crate::admission::ports::{LedgerStore, ProbeSecrets};
 use crate::apis::ElasticQuota;
+use crate::metrics::operator::ProbeLabels;
 
 /// Between probes once started (a proof lasts `probe::PROOF_TTL`).
 const EVERY: Duration = Duration::from_secs(120);
@@ -51,6 +52,7 @@ pub async fn run(
     secrets: Arc<dyn ProbeSecrets>,
     record: Arc<dyn LedgerStore>,
     nudge: Arc<tokio::sync::Notify>,
+    metrics: crate::metrics::Metrics,
 ) {
     let mut sent = 0u32;
     let mut proven = 0u32;
@@ -83,6 +85,16 @@ pub async fn run(
             Ok::<_, ProbeFailure>(caller)
         }
         .await;
+        let counted = match &outcome {
+            Ok(_) => "proven",
+            Err(ProbeFailure::Publish(_)) => "unpublished",
+            Err(_) => "unanswered",
+        };
+        metrics
+            .operator
+            .api_server_probes
+            .get_or_create(&ProbeLabels { outcome: counted })
+            .inc();
         match outcome {
             Ok(caller) => {
                 proven += 1;

@@ -34,6 +34,13 @@ pub struct PassStepLabels {
     pub step: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    /// `proven` (answered and written into the ledger's record), `unanswered` (no replica's
+    /// answer in the API server's response) or `unpublished` (answered, the record not written).
+    pub outcome: &'static str,
+}
+
 #[derive(Clone)]
 pub struct OperatorMetrics {
     pub cert_not_after: Family<CertLabels, Gauge>,
@@ -45,6 +52,7 @@ pub struct OperatorMetrics {
     pub recount_last: Family<RecountPartLabels, Gauge<f64, AtomicU64>>,
     pub recount_passes: Counter,
     pub pass_failures: Family<PassStepLabels, Counter>,
+    pub api_server_probes: Family<ProbeLabels, Counter>,
 }
 
 impl OperatorMetrics {
@@ -59,6 +67,7 @@ impl OperatorMetrics {
             recount_last: Family::default(),
             recount_passes: Counter::default(),
             pass_failures: Family::default(),
+            api_server_probes: Family::default(),
         };
         registry.register(
             "certificate_expiration_timestamp_seconds",
@@ -104,6 +113,11 @@ impl OperatorMetrics {
             "leader_pass_failures",
             "Leader passes that stopped at a step, by step (the log names the object and the action)",
             metrics.pass_failures.clone(),
+        );
+        registry.register(
+            "api_server_probes",
+            "This replica's probes of the API server's address for the ElasticQuota ledger, by outcome",
+            metrics.api_server_probes.clone(),
         );
         metrics
     }

@@ -79,6 +79,18 @@ async fn admission_through_the_api_server_with_the_live_cache() {
         the_api_server_is_proven_by_a_probe(&env),
     )
     .await;
+    let metrics = operator.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("koord_webhook_api_server_probes_total{outcome=\"proven\"}")),
+        "the probe is counted: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("probes"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     step(
         "a profile applies",
         a_profile_created_while_serving_applies(&env),
