@@ -15,7 +15,7 @@ use kube::api::{Patch, PatchParams};
 use kube::core::Resource;
 
 use crate::admission::elastic_quota::ledger::probe::{
-    self, PROBE_ANNOTATION, PROBE_NAME, fresh_token, read_answer,
+    self, Answered, PROBE_ANNOTATION, PROBE_NAME, answered, fresh_token,
 };
 use crate::admission::ports::{LedgerStore, ProbeSecrets};
 use crate::apis::ElasticQuota;
@@ -44,6 +44,10 @@ enum ProbeFailure {
     NoAnswer(u16),
     #[error("cannot write the proof into the ledger's record: {0}")]
     Publish(String),
+    #[error(
+        "the probe was answered from several addresses {0:?}: something the API server sent it to replayed it; nothing proven"
+    )]
+    Several(Vec<std::net::IpAddr>),
 }
 
 /// Probes for as long as the replica runs.
@@ -75,10 +79,11 @@ pub async fn run(
         let outcome = async {
             let token = fresh_token(&secret);
             let warnings = probe_once(&config, &token).await?;
-            let caller = warnings
-                .iter()
-                .find_map(|w| read_answer(&secret, &token, w))
-                .ok_or(ProbeFailure::NoAnswer(0))?;
+            let caller = match answered(&secret, &token, &warnings) {
+                Answered::By(caller) => caller,
+                Answered::Nobody => return Err(ProbeFailure::NoAnswer(0)),
+                Answered::Several(by) => return Err(ProbeFailure::Several(by)),
+            };
             probe::publish(record.as_ref(), &caller.to_string(), probe::now())
                 .await
                 .map_err(|e| ProbeFailure::Publish(e.to_string()))?;
@@ -88,6 +93,7 @@ pub async fn run(
         let counted = match &outcome {
             Ok(_) => "proven",
             Err(ProbeFailure::Publish(_)) => "unpublished",
+            Err(ProbeFailure::Several(_)) => "ambiguous",
             Err(_) => "unanswered",
         };
         metrics
@@ -109,6 +115,7 @@ pub async fn run(
                 error = %e,
                 "no API-server probe answered in two minutes; ElasticQuota changes from every caller are recorded until one is (docs/admission.md)"
             ),
+            Err(e @ ProbeFailure::Several(_)) => tracing::warn!(error = %e, "API-server probe"),
             Err(e) => tracing::debug!(error = %e, "API-server probe failed"),
         }
     }

@@ -122,6 +122,30 @@ impl LedgerStore for KubeLedgerStore {
                 .map_err(store_error)
         })
     }
+
+    fn write_proven<'a>(
+        &'a self,
+        proven: &'a ProvenCallers,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let text =
+                serde_json::to_string(proven).map_err(|e| StoreError::Other(e.to_string()))?;
+            // A merge patch of the one key, naming no version: nothing else in the record moves.
+            let patch = serde_json::json!({"data": {PROVEN_KEY: text}});
+            self.api()
+                .patch(
+                    QUOTA_LEDGER,
+                    &PatchParams {
+                        field_manager: Some(FIELD_MANAGER.to_owned()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map(|_| ())
+                .map_err(store_error)
+        })
+    }
 }
 
 #[cfg(test)]

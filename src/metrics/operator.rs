@@ -37,7 +37,9 @@ pub struct PassStepLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
     /// `proven` (answered and written into the ledger's record), `unanswered` (no replica's
-    /// answer in the API server's response) or `unpublished` (answered, the record not written).
+    /// answer in the API server's response), `unpublished` (answered, the record not written) or
+    /// `ambiguous` (answers naming several addresses: the probe replayed by something it was sent
+    /// to; nothing written).
     pub outcome: &'static str,
 }
 

@@ -132,6 +132,25 @@ pub trait LedgerStore: Send + Sync {
         last: &'a std::collections::BTreeMap<String, PendingChange>,
         proven: &'a ProvenCallers,
     ) -> BoxFuture<'a, Result<String, StoreError>>;
+    /// Replaces the record's proven callers whatever its version, its entries unchanged (a proof
+    /// published: `ledger/probe.rs`). By default a conditional write, tried again after a
+    /// conflict a few times.
+    fn write_proven<'a>(
+        &'a self,
+        proven: &'a ProvenCallers,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut last = StoreError::Conflict;
+            for _ in 0..4 {
+                let record = self.read().await?;
+                match self.write(&record.version, &record.last, proven).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        })
+    }
 }
 
 /// Where a replica makes a narrowed pod entry cover a change before allowing it (the webhook

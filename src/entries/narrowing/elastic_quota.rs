@@ -1,5 +1,5 @@
-//! `/validate-…-elasticquota`: an UPDATE that changes neither the spec, the tree labels nor the
-//! namespaces annotation is allowed as it is (`elastic_quota/tree_checks.rs`,
+//! `/validate-…-elasticquota`: an UPDATE that changes neither the spec, the tree labels, the
+//! namespaces annotation nor an API-server probe's token is allowed as it is (`elastic_quota/tree_checks.rs`,
 //! `relevant_unchanged`), unless someone other than koord-webhook's ServiceAccount changes its
 //! recent-admissions record (`elastic_quota/own_annotations.rs`). Quota evaluation writes
 //! `child-request` and that record on every admitted pod: those updates need no call. CREATE and
@@ -20,6 +20,11 @@ pub fn validation_condition() -> Condition {
             .map(|k| key_changed(Meta::Labels, k)),
     );
     changed.push(key_changed(Meta::Annotations, QUOTA_NAMESPACES));
+    // An API-server probe of an existing object changes only its token (`ledger/probe.rs`).
+    changed.push(key_changed(
+        Meta::Annotations,
+        crate::admission::elastic_quota::ledger::probe::PROBE_ANNOTATION,
+    ));
     changed.push(format!(
         "(request.userInfo.username != {} && {})",
         literal(&service_account_user()),

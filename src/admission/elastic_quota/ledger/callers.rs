@@ -143,11 +143,12 @@ impl Callers {
     }
 
     /// Whether a change of `caller` is checked against the cache without being recorded: the
-    /// caller is distrusted, or it is not proven while a proven caller's changes show (the API
-    /// server, as it calls). A proven caller is always recorded, failing lately or not: any
-    /// tenant can make the API server's changes fail to show (no-op UPDATEs it never stores), and
-    /// unrecording it let two of its racing siblings both in (`tests/failing.rs`). A change without
-    /// a caller (no server in front: the `review` command) is recorded.
+    /// caller is distrusted, or it is not proven while another is (the API server, as it calls).
+    /// A proven caller is always recorded, failing lately or not: any tenant can make the API
+    /// server's changes fail to show (no-op UPDATEs it never stores), and unrecording it let two
+    /// of its racing siblings both in (`tests/failing.rs`); nor does its failing lately make the
+    /// others recorded again (the same no-ops switched the proof off: `tests/probe_attack2.rs`).
+    /// A change without a caller (no server in front: the `review` command) is recorded.
     pub fn unrecorded(&self, caller: Option<&str>) -> bool {
         let Some(caller) = caller else {
             return false;
@@ -157,7 +158,7 @@ impl Callers {
         if known.counts(caller).distrusted() && !known.proven(caller, now) {
             return true;
         }
-        !known.proven(caller, now) && known.proven.keys().any(|a| known.good(a, now))
+        !known.proven(caller, now) && known.proven.keys().any(|a| known.proven(a, now))
     }
 
     /// What is known of `caller`: proven by a probe (the API server's), [`STRIKES`] changes

@@ -42,8 +42,6 @@ const ANSWER_PREFIX: &str = "koord-webhook api-server probe answered:";
 /// A token is far shorter; a longer value is not looked at.
 const MAX_TOKEN: usize = 128;
 const VERSION: &str = "v1";
-/// Conditional writes one publish tries.
-const PUBLISH_ATTEMPTS: usize = 4;
 
 /// Why a review's token is not answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -121,24 +119,52 @@ pub fn answer(secret: &ProbeSecret, nonce: &str, caller: IpAddr) -> String {
 }
 
 /// The address a warning of the API server's response names, if it is a replica's answer to the
-/// probe whose token was `token`.
+/// probe whose token was `token`. Every occurrence is tried, each up to the quote that ends a
+/// warning's text (an intermediary may fold several `Warning` fields into one line).
 pub fn read_answer(secret: &ProbeSecret, token: &str, warning: &str) -> Option<IpAddr> {
-    let rest = warning.find(ANSWER_PREFIX).map(|at| &warning[at..])?;
-    let rest = rest.strip_prefix(ANSWER_PREFIX)?.trim();
-    let rest = rest.trim_end_matches('"');
-    let mut parts = rest.split(' ');
-    let (Some(nonce), Some(caller), Some(mac), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return None;
-    };
     let mine = token.split('.').nth(2)?;
-    if nonce != mine {
-        return None;
+    warning.match_indices(ANSWER_PREFIX).find_map(|(at, _)| {
+        let rest = &warning[at + ANSWER_PREFIX.len()..];
+        let rest = rest.split('"').next()?;
+        let mut parts = rest.split_whitespace();
+        let (Some(nonce), Some(caller), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        if nonce != mine {
+            return None;
+        }
+        let signed = format!("answer {nonce} {caller}");
+        hmac::verify(&key(secret), signed.as_bytes(), &unhex(mac)?).ok()?;
+        caller.parse().ok()
+    })
+}
+
+/// What the warnings of the API server's response to a probe say of who answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answered {
+    By(IpAddr),
+    /// No replica's answer: the webhook was not called, or another step dropped the warnings.
+    Nobody,
+    /// Answers naming different addresses: someone replayed the probe (another webhook the API
+    /// server called with it) and returned the answer it got; none is taken.
+    Several(Vec<IpAddr>),
+}
+
+/// Reads every answer to the probe whose token was `token` out of `warnings`.
+pub fn answered(secret: &ProbeSecret, token: &str, warnings: &[String]) -> Answered {
+    let mut by: Vec<IpAddr> = warnings
+        .iter()
+        .filter_map(|w| read_answer(secret, token, w))
+        .collect();
+    by.sort();
+    by.dedup();
+    match by.as_slice() {
+        [] => Answered::Nobody,
+        [one] => Answered::By(*one),
+        _ => Answered::Several(by),
     }
-    let signed = format!("answer {nonce} {caller}");
-    hmac::verify(&key(secret), signed.as_bytes(), &unhex(mac)?).ok()?;
-    caller.parse().ok()
 }
 
 /// `proven` with `caller` proven at `now`: those older than [`PROOF_TTL`] dropped, then the
@@ -164,20 +190,16 @@ pub fn with_proof(proven: &ProvenCallers, caller: &str, now: i64) -> ProvenCalle
     next
 }
 
-/// Writes `caller`, proven at `now`, into the record (its entries unchanged), again after a
-/// conflict.
+/// Writes `caller`, proven at `now`, into the record's proven callers, whatever its version (a
+/// conditional write could be kept out for good by anyone keeping the record busy: a forger's
+/// stream of recorded changes). Two replicas publishing at once may lose one proof; the next probe
+/// writes it again. The ledger's own writes carry the proven callers as they read them, and name
+/// the version, so they never drop one written since.
 pub async fn publish(store: &dyn LedgerStore, caller: &str, now: i64) -> Result<(), StoreError> {
-    let mut last = StoreError::Conflict;
-    for _ in 0..PUBLISH_ATTEMPTS {
-        let record = store.read().await?;
-        let proven = with_proof(&record.proven, caller, now);
-        match store.write(&record.version, &record.last, &proven).await {
-            Ok(_) => return Ok(()),
-            Err(StoreError::Conflict) => last = StoreError::Conflict,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(last)
+    let record = store.read().await?;
+    store
+        .write_proven(&with_proof(&record.proven, caller, now))
+        .await
 }
 
 /// Lower-case hex only, as [`hex`] writes it: one spelling per value.
@@ -257,6 +279,38 @@ mod tests {
             "another address"
         );
         assert_eq!(read_answer(&secret(1), &t, "299 - \"a warning\""), None);
+    }
+
+    #[test]
+    fn answers_are_read_from_folded_headers_and_two_addresses_are_none() {
+        let t = token(&secret(1), 1000, [7; 16]);
+        let nonce = check(&secret(1), &t, 1000).unwrap();
+        let at = |a: &str| answer(&secret(1), &nonce, a.parse().unwrap());
+        let folded = format!(
+            "299 - \"other\", 299 - \"{}\", 299 - \"more\"",
+            at("10.0.0.1")
+        );
+        assert_eq!(
+            answered(&secret(1), &t, std::slice::from_ref(&folded)),
+            Answered::By("10.0.0.1".parse().unwrap())
+        );
+        let decoy = format!("299 - \"{ANSWER_PREFIX} x; {}\"", at("10.0.0.1"));
+        assert_eq!(
+            read_answer(&secret(1), &t, &decoy),
+            Some("10.0.0.1".parse().unwrap()),
+            "a decoy prefix before the answer hides nothing"
+        );
+        let twice = vec![folded.clone(), format!("299 - \"{}\"", at("10.0.0.1"))];
+        assert_eq!(
+            answered(&secret(1), &t, &twice),
+            Answered::By("10.0.0.1".parse().unwrap())
+        );
+        let replayed = vec![format!("299 - \"{}\"", at("10.66.0.9")), folded];
+        assert!(matches!(
+            answered(&secret(1), &t, &replayed),
+            Answered::Several(_)
+        ));
+        assert_eq!(answered(&secret(1), &t, &[]), Answered::Nobody);
     }
 
     #[test]

@@ -166,6 +166,15 @@ impl LedgerStore for Shared {
             self.0.write(version, last, proven).await
         })
     }
+    fn write_proven<'a>(
+        &'a self,
+        proven: &'a ProvenCallers,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.latency()).await;
+            self.0.write_proven(proven).await
+        })
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -502,5 +502,6 @@ mod attack;
 mod failing;
 mod forged;
 mod probe_attack;
+mod probe_attack2;
 mod proof;
 mod record;
