@@ -193,6 +193,9 @@ pub const CA_ADOPTION_RECORD: &str = "koord-webhook-ca-adoption";
 pub const LEASE: &str = "koord-webhook";
 /// The ConfigMap through which replicas admit ElasticQuota changes one at a time.
 pub const QUOTA_LEDGER: &str = "koord-webhook-quota-ledger";
+/// The ElasticQuota every API-server probe names, in this namespace; never stored (a dry run:
+/// `admission/elastic_quota/ledger/probe.rs`).
+pub const PROBE_NAME: &str = "koord-webhook-probe";
 
 /// The field manager of the operator's writes, and the managed-by label of what it creates.
 pub const FIELD_MANAGER: &str = "koord-webhook";

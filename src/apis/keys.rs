@@ -9,6 +9,8 @@ pub const QUOTA_ALLOW_LENT_RESOURCE: &str = "quota.scheduling.koordinator.sh/all
 pub const QUOTA_NAME: &str = "quota.scheduling.koordinator.sh/name";
 pub const QUOTA_TREE_ID: &str = "quota.scheduling.koordinator.sh/tree-id";
 pub const QUOTA_NAMESPACES: &str = "quota.scheduling.koordinator.sh/namespaces";
+/// The token of an API-server probe (`admission/elastic_quota/ledger/probe.rs`).
+pub const PROBE_ANNOTATION: &str = "koord-webhook.koordinator.sh/api-server-probe";
 pub const QUOTA_GUARANTEED: &str = "quota.scheduling.koordinator.sh/guaranteed";
 /// What the quota's admitted pods request, as Koordinator's quota admission records it.
 pub const CHILD_REQUEST: &str = "quota.scheduling.koordinator.sh/child-request";

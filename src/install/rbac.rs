@@ -151,7 +151,7 @@ pub fn role(mode: Mode) -> Role {
             &["scheduling.sigs.k8s.io"],
             &["elasticquotas"],
             &["create", "patch"],
-            &[crate::admission::elastic_quota::ledger::probe::PROBE_NAME],
+            &[crate::names::PROBE_NAME],
         ),
         // The Lease: created by the first replica (a plain create, which RBAC cannot limit by
         // name), then renewed by name.

@@ -33,6 +33,12 @@ const NUDGED_EVERY: Duration = Duration::from_secs(5);
 /// The field manager the dry runs name.
 const MANAGER: &str = "koord-webhook-probe";
 
+impl ProbeSecrets for crate::tls::CertResolver {
+    fn current(&self) -> Option<crate::tls::ProbeSecret> {
+        self.probe_secret()
+    }
+}
+
 /// What one probe came to.
 #[derive(Debug, thiserror::Error)]
 enum ProbeFailure {

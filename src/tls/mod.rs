@@ -4,6 +4,7 @@ pub mod client_ca;
 mod crypto;
 mod error;
 pub mod files;
+mod probe_secret;
 pub mod resolver;
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 pub use client_ca::ClientCa;
 pub use crypto::{install_default_provider, provider};
 pub use error::TlsError;
+pub use probe_secret::ProbeSecret;
 pub use resolver::CertResolver;
 
 /// A rustls server configuration that asks `resolver` for the certificate on every handshake. With

@@ -12,7 +12,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::error::TlsError;
-use crate::admission::ports::{ProbeSecret, ProbeSecrets};
+use super::probe_secret::ProbeSecret;
 
 #[derive(Default)]
 pub struct CertResolver {
@@ -52,6 +52,14 @@ impl CertResolver {
         self.current.load_full()
     }
 
+    /// What API-server probes are signed with now, if a pair is loaded.
+    pub fn probe_secret(&self) -> Option<ProbeSecret> {
+        self.current
+            .load()
+            .as_ref()
+            .map(|pair| pair.probe_secret.clone())
+    }
+
     pub fn is_loaded(&self) -> bool {
         self.current.load().is_some()
     }
@@ -79,14 +87,5 @@ impl ResolvesServerCert for CertResolver {
             .load()
             .as_ref()
             .map(|pair| pair.certified.clone())
-    }
-}
-
-impl ProbeSecrets for CertResolver {
-    fn current(&self) -> Option<ProbeSecret> {
-        self.current
-            .load()
-            .as_ref()
-            .map(|pair| pair.probe_secret.clone())
     }
 }

@@ -11,8 +11,6 @@ pub mod tree_checks;
 mod validate;
 
 #[cfg(test)]
-mod probe_review;
-#[cfg(test)]
 mod tests;
 
 use super::chain::{Mutator, Validator};

@@ -1,5 +1,7 @@
 //! Tree rules: each rule and its message, racing siblings, and random operation sequences.
 
+mod probe_review;
+
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;

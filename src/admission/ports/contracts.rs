@@ -93,27 +93,7 @@ pub struct LedgerRecord {
 /// proven (Unix seconds).
 pub type ProvenCallers = std::collections::BTreeMap<String, i64>;
 
-/// The secret API-server probes are signed with (`ledger/probe.rs`): derived from the serving key,
-/// which every replica loads, so any replica checks a probe any other made.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProbeSecret(pub [u8; 32]);
-
-impl ProbeSecret {
-    pub fn of_serving_key(key_pem: &[u8]) -> Self {
-        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-        ctx.update(b"koord-webhook api-server probe v1\0");
-        ctx.update(key_pem);
-        let mut out = [0u8; 32];
-        out.copy_from_slice(ctx.finish().as_ref());
-        Self(out)
-    }
-}
-
-impl std::fmt::Debug for ProbeSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ProbeSecret(..)")
-    }
-}
+pub use crate::tls::ProbeSecret;
 
 /// Where the probe secret comes from: the serving pair loaded now (the TLS resolver).
 pub trait ProbeSecrets: Send + Sync {

@@ -8,7 +8,8 @@
 use super::calls::Condition;
 use super::cel::{Meta, any, field_changed, key_changed, literal};
 use crate::apis::keys::{
-    QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_RECENT_ADMISSIONS, QUOTA_TREE_ID,
+    PROBE_ANNOTATION, QUOTA_IS_PARENT, QUOTA_NAMESPACES, QUOTA_PARENT, QUOTA_RECENT_ADMISSIONS,
+    QUOTA_TREE_ID,
 };
 use crate::names::service_account_user;
 
@@ -21,10 +22,7 @@ pub fn validation_condition() -> Condition {
     );
     changed.push(key_changed(Meta::Annotations, QUOTA_NAMESPACES));
     // An API-server probe of an existing object changes only its token (`ledger/probe.rs`).
-    changed.push(key_changed(
-        Meta::Annotations,
-        crate::admission::elastic_quota::ledger::probe::PROBE_ANNOTATION,
-    ));
+    changed.push(key_changed(Meta::Annotations, PROBE_ANNOTATION));
     changed.push(format!(
         "(request.userInfo.username != {} && {})",
         literal(&service_account_user()),

@@ -26,10 +26,8 @@ use ring::hmac;
 
 use crate::admission::ports::{LedgerStore, ProbeSecret, ProvenCallers, StoreError};
 
-/// The ElasticQuota every probe names, in the operator's namespace; never stored (dry run).
-pub const PROBE_NAME: &str = "koord-webhook-probe";
-/// Where the token rides.
-pub const PROBE_ANNOTATION: &str = "koord-webhook.koordinator.sh/api-server-probe";
+pub use crate::apis::keys::PROBE_ANNOTATION;
+pub use crate::names::PROBE_NAME;
 /// How long after it was made a token is answered (the API server's webhook timeout is 30 s at
 /// most), and how far ahead of a replica's clock it may be.
 pub const VALID_FOR: Duration = Duration::from_secs(30);

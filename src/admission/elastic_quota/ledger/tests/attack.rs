@@ -1,8 +1,8 @@
 //! An outside review's attacks on the ledger: forged reviews from any pod against the goals
 //! (the API server's changes never refused because of forgers; two racing real siblings never
 //! both admitted; bounded memory and time). Each `attack_` test failed before its fix (their
-//! comments say what they found); the fixes: trust only from a CREATE that shows with the uid its
-//! review carried (`keys::shown_and_proven`), nothing credited for a change in the cache when admitted
+//! comments say what they found); the fixes: trust only from a proof (then a CREATE that showed
+//! with the uid its review carried; a probe now: `probe.rs`), nothing credited for a change in the cache when admitted
 //! (`Sightings::seen_own`), an UPDATE of a version the cache has replaced neither waited for nor
 //! recorded (`keys::superseded`), the callers map bounded by the trusted. The floods are smaller
 //! here than when they were found (400 connections, 100 s), to keep CI's unit tests short.

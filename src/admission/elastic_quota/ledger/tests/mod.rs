@@ -22,7 +22,7 @@ fn quota(name: &str, version: &str) -> ElasticQuota {
 }
 
 /// A cache writer whose stores have had their first list, as a replica's have once it is ready:
-/// a cache that has not listed quotas judges nothing (`keys::shown_and_proven`).
+/// a cache that has not listed quotas judges nothing (`keys::shown`).
 fn listed() -> CacheWriter {
     let writer = CacheWriter::default();
     writer.mark_ready();

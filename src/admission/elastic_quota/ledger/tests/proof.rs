@@ -4,10 +4,11 @@
 //! Threat model: any pod can send reviews; it may know (namespace, name, uid) of existing
 //! ElasticQuotas (tenants commonly read them). A replica's cache is empty until its first list of
 //! ElasticQuotas arrives, and a pod calling the replica's address directly is answered before that
-//! (readiness keeps only the Service from routing there). Fixed: nothing is judged against a cache
-//! that has not listed quotas (`keys::shown_and_proven`, `Sightings::seen_own`), a proof never
-//! leaves the record (`Callers::proven_with`), and a trusted caller whose last changes never showed
-//! is waited for like an unknown one past a request's wait (`Callers::failing_lately`).
+//! (readiness keeps only the Service from routing there). Fixed then: nothing is judged against a
+//! cache that has not listed quotas (`keys::shown`, `Sightings::seen_own`), a proof never left the
+//! record, and a trusted caller whose last changes never showed is waited for like an unknown one
+//! past a request's wait (`Callers::failing_lately`). The proof was then a CREATE that showed with
+//! its review's uid; only a probe proves now (`probe.rs`), and these attacks run against that.
 
 use super::forged::{real_changes, shared};
 use super::*;

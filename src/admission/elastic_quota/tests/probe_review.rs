@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::ledger::probe::{PROBE_ANNOTATION, PROBE_NAME, fresh_token, read_answer, token};
+use super::super::ledger::probe::{PROBE_ANNOTATION, PROBE_NAME, fresh_token, read_answer, token};
 use crate::admission::Admission;
 use crate::admission::caller::answering_for;
 use crate::admission::env::Services;
