@@ -30,6 +30,8 @@ const AT_START_EVERY: Duration = Duration::from_secs(5);
 const AT_START: u32 = 24;
 /// Probes woken by a change of a caller no proof names come at most this often.
 const NUDGED_EVERY: Duration = Duration::from_secs(5);
+/// How long one probe may take (the API server calls the webhook within its 10 s timeout).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The field manager the dry runs name.
 const MANAGER: &str = "koord-webhook-probe";
 
@@ -48,6 +50,8 @@ enum ProbeFailure {
     Build(String),
     #[error("no replica's answer in the API server's response (HTTP {0})")]
     NoAnswer(u16),
+    #[error("the API server did not answer within {PROBE_TIMEOUT:?}")]
+    Timeout,
     #[error("cannot write the proof into the ledger's record: {0}")]
     Publish(String),
     #[error(
@@ -84,10 +88,13 @@ pub async fn run(
         sent += 1;
         let outcome = async {
             let token = fresh_token(&secret);
-            let warnings = probe_once(&config, &token).await?;
+            let (status, warnings) =
+                tokio::time::timeout(PROBE_TIMEOUT, probe_once(&config, &token))
+                    .await
+                    .map_err(|_| ProbeFailure::Timeout)??;
             let caller = match answered(&secret, &token, &warnings) {
                 Answered::By(caller) => caller,
-                Answered::Nobody => return Err(ProbeFailure::NoAnswer(0)),
+                Answered::Nobody => return Err(ProbeFailure::NoAnswer(status)),
                 Answered::Several(by) => return Err(ProbeFailure::Several(by)),
             };
             probe::publish(record.as_ref(), &caller.to_string(), probe::now())
@@ -127,8 +134,11 @@ pub async fn run(
     }
 }
 
-/// One probe over a new connection: the warnings of the API server's response.
-async fn probe_once(config: &kube::Config, token: &str) -> Result<Vec<String>, ProbeFailure> {
+/// One probe over a new connection: the status and warnings of the API server's response.
+async fn probe_once(
+    config: &kube::Config,
+    token: &str,
+) -> Result<(u16, Vec<String>), ProbeFailure> {
     let client = kube::Client::try_from(config.clone())?;
     let quota = serde_json::json!({
         "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
@@ -153,8 +163,5 @@ async fn probe_once(config: &kube::Config, token: &str) -> Result<Vec<String>, P
         .iter()
         .filter_map(|v| v.to_str().ok().map(str::to_owned))
         .collect();
-    if warnings.is_empty() {
-        return Err(ProbeFailure::NoAnswer(response.status().as_u16()));
-    }
-    Ok(warnings)
+    Ok((response.status().as_u16(), warnings))
 }
