@@ -132,20 +132,10 @@ async fn admission_through_the_api_server_with_the_live_cache() {
 /// server, `ledger/probe.rs`) reaches its validating webhook, which writes the API server's address
 /// (loopback here) into the ledger's record; no quota is stored by it.
 async fn the_api_server_is_proven_by_a_probe(env: &Env<'_>) {
-    let config_maps: Api<ConfigMap> = Api::namespaced(env.client.clone(), "koordinator-system");
-    let proven = eventually(
+    let proven = support::operator::proven_api_servers(
+        &env.client,
+        "koordinator-system",
         Duration::from_secs(60),
-        "the ledger's record names the API server",
-        || async {
-            let record = config_maps
-                .get_opt(koord_webhook::names::QUOTA_LEDGER)
-                .await
-                .ok()??;
-            let proven = record.data?.get("api-servers")?.clone();
-            let proven: std::collections::BTreeMap<String, i64> =
-                serde_json::from_str(&proven).ok()?;
-            (!proven.is_empty()).then(|| proven.into_keys().collect::<Vec<_>>())
-        },
     )
     .await;
     assert_eq!(proven, ["127.0.0.1"], "{proven:?}");

@@ -67,23 +67,9 @@ pub(super) async fn upload_burst_leaves_the_replica_running(client: &kube::Clien
 /// API server's address into the ElasticQuota ledger's record: some address, and no Pod's (the
 /// API server's calls reach a replica from the node, not from a Pod).
 pub(super) async fn the_api_server_is_proven_by_a_probe(client: &kube::Client) {
-    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let proven = crate::support::operator::eventually(
-        Duration::from_secs(120),
-        "the ledger's record names the API server",
-        || async {
-            let record = config_maps
-                .get_opt(koord_webhook::names::QUOTA_LEDGER)
-                .await
-                .ok()??;
-            let proven = record.data?.get("api-servers")?.clone();
-            let proven: std::collections::BTreeMap<String, i64> =
-                serde_json::from_str(&proven).ok()?;
-            (!proven.is_empty()).then(|| proven.into_keys().collect::<Vec<_>>())
-        },
-    )
-    .await;
+    use k8s_openapi::api::core::v1::Pod;
+    let proven =
+        support::operator::proven_api_servers(client, NAMESPACE, Duration::from_secs(120)).await;
     let pods: Api<Pod> = Api::all(client.clone());
     let pod_ips: Vec<String> = pods
         .list(&ListParams::default())

@@ -316,3 +316,29 @@ pub async fn colocation_and_qos_rules_apply(client: &kube::Client, within: Durat
         "{err}"
     );
 }
+
+/// The addresses the ElasticQuota ledger's record in `namespace` names as the API server's
+/// (`api-servers`, written by the replicas' probes), once it names one, waiting up to `within`.
+pub async fn proven_api_servers(
+    client: &kube::Client,
+    namespace: &str,
+    within: Duration,
+) -> Vec<String> {
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), namespace);
+    eventually(
+        within,
+        "the ledger's record names the API server",
+        || async {
+            let record = config_maps
+                .get_opt(koord_webhook::names::QUOTA_LEDGER)
+                .await
+                .ok()??;
+            let proven = record.data?.get("api-servers")?.clone();
+            let proven: std::collections::BTreeMap<String, i64> =
+                serde_json::from_str(&proven).ok()?;
+            (!proven.is_empty()).then(|| proven.into_keys().collect::<Vec<_>>())
+        },
+    )
+    .await
+}

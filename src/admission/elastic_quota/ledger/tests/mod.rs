@@ -503,5 +503,6 @@ mod failing;
 mod forged;
 mod probe_attack;
 mod probe_attack2;
+mod probe_replicas;
 mod proof;
 mod record;

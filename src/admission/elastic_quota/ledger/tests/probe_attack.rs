@@ -14,82 +14,25 @@
 //! ElasticQuotas in its namespace and reads quotas; addresses are the only caller identity.
 
 use super::forged::{real_changes, shared};
+use super::probe_replicas::{SECRET, probe_review, replica, response, warnings_of};
+use super::proof::siblings;
 use super::*;
 use crate::admission::Admission;
 use crate::admission::caller::answering_for;
-use crate::admission::elastic_quota::ledger::probe::{
-    self, MAX_PROVEN, PROBE_ANNOTATION, PROBE_NAME, fresh_token,
-};
-use crate::admission::env::Services;
-use crate::admission::ports::{ProbeSecret, ProbeSecrets};
-use crate::entries::VALIDATE_ELASTIC_QUOTA;
-use crate::metrics::Metrics;
-use serde_json::{Value, json};
+use crate::admission::elastic_quota::ledger::probe::{self, MAX_PROVEN, fresh_token};
+use serde_json::Value;
 use std::net::IpAddr;
 
 const API_SERVER: &str = "10.0.0.1";
 const FORGER: &str = "10.66.0.1";
-const SECRET: ProbeSecret = ProbeSecret([9; 32]);
 
 fn ip(s: &str) -> Option<IpAddr> {
     Some(s.parse().unwrap())
 }
 
-struct Fixed(ProbeSecret);
-
-impl ProbeSecrets for Fixed {
-    fn current(&self) -> Option<ProbeSecret> {
-        Some(self.0.clone())
-    }
-}
-
-/// One replica's whole admission path (its own `QuotaTreeRules`, so its own taken tokens) over
-/// the shared record `store`, its serving key giving `SECRET`.
-fn replica(cache: Cache, store: Arc<dyn LedgerStore>) -> Admission {
-    let services = Services {
-        quota_ledger: Some(store),
-        probe_secrets: Some(Arc::new(Fixed(SECRET))),
-        ..Default::default()
-    };
-    Admission::new(
-        cache,
-        crate::features::FeatureGates::default(),
-        Metrics::new(),
-    )
-    .with_services(services)
-}
-
-/// A probe's review as the API server sends it (dry-run CREATE of the probe quota) with `token`.
-fn probe_review(token: &str) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "probe-uid", "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:koordinator-system:koord-webhook"},
-            "namespace": crate::names::namespace(), "name": PROBE_NAME, "dryRun": true,
-            "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
-            "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
-            "object": {
-                "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-                "metadata": {"name": PROBE_NAME, "namespace": crate::names::namespace(),
-                             "uid": "obj-uid", "annotations": {PROBE_ANNOTATION: token}},
-                "spec": {}
-            }
-        }
-    })
-}
-
 /// Sends `review` to `replica` from `caller`; whether it was allowed.
 async fn send(replica: &Admission, review: &Value, caller: &str) -> bool {
-    let body = serde_json::to_vec(review).unwrap();
-    let answer = answering_for(
-        ip(caller),
-        replica.review(VALIDATE_ELASTIC_QUOTA, &body, None),
-    )
-    .await
-    .unwrap();
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
-    answer["response"]["allowed"] == true
+    response(replica, review, caller).await["allowed"] == true
 }
 
 /// The API server's probe review lands on replica a; the same review (its token copied out of an
@@ -125,33 +68,10 @@ async fn answer_to(
     caller: &str,
     token: &str,
 ) -> Option<IpAddr> {
-    let body = serde_json::to_vec(review).unwrap();
-    let answer = answering_for(
-        ip(caller),
-        replica.review(VALIDATE_ELASTIC_QUOTA, &body, None),
-    )
-    .await
-    .unwrap();
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
-    answer["response"]["warnings"]
-        .as_array()?
+    warnings_of(replica, review, caller)
+        .await
         .iter()
-        .filter_map(Value::as_str)
         .find_map(|w| probe::read_answer(&SECRET, token, w))
-}
-
-/// Two real sibling CREATEs from the API server, through `x` and `y`, each stored 50 ms after it
-/// is admitted; each refused by the rule when it sees the other.
-async fn siblings(
-    x: &Ledger,
-    y: &Ledger,
-    writer: &Mutex<CacheWriter>,
-    cache: &Cache,
-) -> (Result<(), u16>, Result<(), u16>) {
-    futures::join!(
-        racing_sibling(x, writer, cache, ("r1", "r2"), 0, 50),
-        racing_sibling(y, writer, cache, ("r2", "r1"), 1, 50)
-    )
 }
 
 /// A record naming `proven`, each proven `ago` seconds before now.

@@ -14,94 +14,22 @@
 //! existing object was never sent (the token's annotation is now in the entry's condition).
 
 use super::forged::shared;
+use super::probe_replicas::{SECRET, probe_object, probe_review, replica, warnings_of};
 use super::*;
-use crate::admission::Admission;
 use crate::admission::caller::answering_for;
 use crate::admission::elastic_quota::ledger::probe::{
     self, Answered, PROBE_ANNOTATION, PROBE_NAME, fresh_token, read_answer,
 };
-use crate::admission::env::Services;
-use crate::admission::ports::{ProbeSecret, ProbeSecrets};
-use crate::entries::VALIDATE_ELASTIC_QUOTA;
-use crate::metrics::Metrics;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::net::IpAddr;
 
 const API_SERVER: &str = "10.0.0.1";
 /// Another webhook's Pod (model 3).
 const ROGUE: &str = "10.66.0.9";
 const FORGER: &str = "10.66.0.1";
-const SECRET: ProbeSecret = ProbeSecret([9; 32]);
 
 fn ip(s: &str) -> Option<IpAddr> {
     Some(s.parse().unwrap())
-}
-
-struct Fixed(ProbeSecret);
-
-impl ProbeSecrets for Fixed {
-    fn current(&self) -> Option<ProbeSecret> {
-        Some(self.0.clone())
-    }
-}
-
-/// One replica's whole admission path over the shared record `store`.
-fn replica(cache: Cache, store: Arc<dyn LedgerStore>) -> Admission {
-    let services = Services {
-        quota_ledger: Some(store),
-        probe_secrets: Some(Arc::new(Fixed(SECRET))),
-        ..Default::default()
-    };
-    Admission::new(
-        cache,
-        crate::features::FeatureGates::default(),
-        Metrics::new(),
-    )
-    .with_services(services)
-}
-
-/// The probe's object as the API server has it, carrying `token`.
-fn probe_object(token: &str) -> Value {
-    json!({
-        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-        "metadata": {"name": PROBE_NAME, "namespace": crate::names::namespace(),
-                     "uid": "obj-uid", "annotations": {PROBE_ANNOTATION: token}},
-        "spec": {}
-    })
-}
-
-/// A probe's review as the API server sends it (dry-run CREATE of the probe quota) with `token`.
-fn probe_review(token: &str) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "probe-uid", "operation": "CREATE",
-            "userInfo": {"username": crate::names::service_account_user()},
-            "namespace": crate::names::namespace(), "name": PROBE_NAME, "dryRun": true,
-            "kind": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "kind": "ElasticQuota"},
-            "resource": {"group": "scheduling.sigs.k8s.io", "version": "v1alpha1", "resource": "elasticquotas"},
-            "object": probe_object(token)
-        }
-    })
-}
-
-/// The warnings `replica` answers `review` from `caller` with.
-async fn warnings_of(replica: &Admission, review: &Value, caller: &str) -> Vec<String> {
-    let body = serde_json::to_vec(review).unwrap();
-    let answer = answering_for(
-        ip(caller),
-        replica.review(VALIDATE_ELASTIC_QUOTA, &body, None),
-    )
-    .await
-    .unwrap();
-    let answer: Value = serde_json::from_slice(&answer).unwrap();
-    answer["response"]["warnings"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|w| w.as_str().map(str::to_owned))
-        .collect()
 }
 
 /// What `kube_ports::api_server_probe::run` does with the `Warning` headers of its response: the

@@ -70,7 +70,7 @@ fn cluster_with_victim() -> (Mutex<CacheWriter>, Cache) {
 
 /// Two real sibling CREATEs from the API server, through `x` and `y`, `y`'s 1 ms after `x`'s,
 /// each stored 50 ms after it is admitted; each refused by the rule when it sees the other.
-async fn siblings(
+pub(super) async fn siblings(
     x: &Ledger,
     y: &Ledger,
     writer: &Mutex<CacheWriter>,
